@@ -1,0 +1,201 @@
+"""Collect every snippet in snippets/ as a test and run it the way a reader would.
+
+A snippet declares how it is launched and what it needs in comment lines near its top:
+
+    # launch: torchrun --standalone --nproc-per-node=2 snippets/ddp/train_torchrun.py
+    # requires: gpus=2
+    # timeout: 180
+
+``launch`` defaults to ``python <path>``; ``requires`` (``cuda`` = ``gpus=1``) and ``timeout`` (seconds,
+default 120) are optional. Each snippet runs in its own process group with a free MASTER_PORT and one
+thread per rank; a run past its timeout kills the whole group and fails. Missing GPUs skip with a
+reason; they never pass silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DEFAULT_TIMEOUT_S = 120
+OUTPUT_TAIL_LINES = 150
+HEADER_LINES = 40  # declarations must appear this close to the top
+DECLARATION = re.compile(r"^#\s*(launch|requires|timeout):\s*(.+?)\s*$")
+NPROC = re.compile(r"--nproc[-_]per[-_]node[= ](\d+)")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a snippet declares about itself."""
+
+    launch: list[str]
+    gpus: int
+    world_size: int
+    timeout_s: float
+
+
+def parse_spec(path: Path, root: Path) -> Spec:
+    rel = path.relative_to(root).as_posix()
+    found: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines()[:HEADER_LINES]:
+        match = DECLARATION.match(line)
+        if match:
+            found[match.group(1)] = match.group(2)
+    launch = shlex.split(found.get("launch", f"python {rel}"))
+    if launch[0] not in ("python", "torchrun") or launch[-1] != rel:
+        raise ValueError(f"'# launch:' must be 'python {rel}' or 'torchrun ... {rel}', got {launch}")
+    requires = found.get("requires", "")
+    gpus = 0
+    if requires == "cuda":
+        gpus = 1
+    elif requires.startswith("gpus="):
+        gpus = int(requires.removeprefix("gpus="))
+    elif requires:
+        raise ValueError(f"unknown '# requires: {requires}' (use 'cuda' or 'gpus=N')")
+    nproc = NPROC.search(" ".join(launch))
+    world_size = int(nproc.group(1)) if launch[0] == "torchrun" and nproc else 1
+    return Spec(launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def command_for(spec: Spec, port: int) -> list[str]:
+    """The declared launch with this interpreter, and torchrun on a free port."""
+    program, *args = spec.launch
+    if program == "python":
+        return [sys.executable, *args]
+    if "--standalone" not in args and not any(a.startswith("--rdzv") for a in args):
+        args = [f"--master-port={port}", *args]
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def snippet_env(port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",  # one thread per rank: ranks share few cores
+        PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env
+
+
+@functools.cache
+def cuda_devices() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
+class SnippetFailed(Exception):
+    def __init__(self, reason: str, output: str):
+        super().__init__(reason)
+        self.reason = reason
+        self.output = output
+
+
+class SnippetItem(pytest.Item):
+    def __init__(self, *, spec: Spec, **kwargs):
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.add_marker(pytest.mark.snippet)
+        self.add_marker(pytest.mark.world_size(spec.world_size))
+        if spec.gpus:
+            self.add_marker(pytest.mark.gpu(spec.gpus))
+            found = cuda_devices()
+            if spec.gpus > found:
+                reason = f"needs {spec.gpus} CUDA GPU(s), this machine has {found}"
+                self.add_marker(pytest.mark.skip(reason=reason))
+
+    def runtest(self) -> None:
+        port = free_port()
+        proc = subprocess.Popen(
+            command_for(self.spec, port),
+            cwd=self.config.rootpath,
+            env=snippet_env(port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group, so a timeout kills every rank
+        )
+        try:
+            output, _ = proc.communicate(timeout=self.spec.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            raise SnippetFailed(f"timed out after {self.spec.timeout_s:g} s (process group killed)", output)
+        finally:
+            _kill_stragglers(proc.pid)
+        self.add_report_section("call", "output", output)
+        if proc.returncode != 0:
+            raise SnippetFailed(f"exited with code {proc.returncode}", output)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, SnippetFailed):
+            lines = excinfo.value.output.splitlines()
+            tail = "\n".join(lines[-OUTPUT_TAIL_LINES:])
+            launch = " ".join(self.spec.launch)
+            return f"{launch}\n{excinfo.value.reason}; last {OUTPUT_TAIL_LINES} lines of output:\n{tail}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, 0, " ".join(self.spec.launch)
+
+
+def _kill_stragglers(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class SnippetFile(pytest.File):
+    def collect(self):
+        spec = parse_spec(self.path, self.config.rootpath)
+        yield SnippetItem.from_parent(self, name=self.path.stem, spec=spec)
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if (
+        file_path.suffix == ".py"
+        and file_path.name != "conftest.py"
+        and not file_path.name.startswith(("_", "test_"))
+    ):
+        return SnippetFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_report_header(config):
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return ["torch: not installed"]
+    gpus = cuda_devices()
+    names = ", ".join(torch.cuda.get_device_name(i) for i in range(gpus)) or "none"
+    backends = [name for name in ("gloo", "nccl", "mpi", "ucc") if getattr(dist, f"is_{name}_available")()]
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if gpus and dist.is_nccl_available() else "n/a"
+    return [
+        f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}, NCCL {nccl}), CPU cores: {os.cpu_count()}",
+        f"CUDA devices: {gpus} ({names})",
+        f"distributed backends available: {', '.join(backends) or 'none'}",
+        "snippets run with NCCL on CUDA where a snippet's ranks each get a GPU, else with gloo on CPU",
+    ]

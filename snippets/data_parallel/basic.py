@@ -1,0 +1,48 @@
+"""Wrap a model in nn.DataParallel and check it computes what the bare model computes."""
+# launch: python snippets/data_parallel/basic.py
+
+# --8<-- [start:model]
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(
+    nn.Linear(10, 20),
+    nn.ReLU(),
+    nn.Linear(20, 5),
+)
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model.to(device)  # DataParallel needs the parameters on device_ids[0] (cuda:0)
+parallel_model = nn.DataParallel(model)
+# --8<-- [end:model]
+
+# --8<-- [start:forward]
+inputs = torch.randn(100, 10, device=device)
+outputs = parallel_model(inputs)  # split along dim 0 across GPUs, gathered on cuda:0
+print(f"device_ids={parallel_model.device_ids}, output {tuple(outputs.shape)} on {outputs.device}")
+# --8<-- [end:forward]
+
+# --8<-- [start:train_step]
+optimizer = torch.optim.SGD(parallel_model.parameters(), lr=0.1)
+targets = inputs[:, :5].sin()  # something the model can learn
+
+losses = []
+for step in range(50):
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(parallel_model(inputs), targets)
+    loss.backward()  # gradients of every replica are summed into `model`'s parameters
+    optimizer.step()
+    losses.append(loss.item())
+print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+# --8<-- [end:train_step]
+
+# --8<-- [start:checks]
+assert outputs.shape == (100, 5)
+with torch.no_grad():
+    torch.testing.assert_close(parallel_model(inputs), model(inputs))  # same function, just split
+assert parallel_model.module is model  # save `parallel_model.module.state_dict()`, not the wrapper's
+assert losses[-1] < losses[0] / 2, "training should reduce the loss"
+if not torch.cuda.is_available():
+    assert parallel_model.device_ids == []  # without CUDA, DataParallel just calls the module
+# --8<-- [end:checks]
