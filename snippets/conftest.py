@@ -1,13 +1,7 @@
 """Collect every snippet in snippets/ as a test and run it the way a reader would.
 
-A snippet declares how it is launched and what it needs in comment lines near its top:
-
-    # launch: torchrun --standalone --nproc-per-node=2 snippets/ddp/train_torchrun.py
-    # requires: gpus=2
-    # timeout: 180
-
-``launch`` defaults to ``python <path>``; ``requires`` (``cuda`` = ``gpus=1``) and ``timeout`` (seconds,
-default 120) are optional. Each snippet runs in its own process group with a free MASTER_PORT and one
+A snippet declares how it is launched and what it needs in comment lines near its top (see _spec.py).
+Each snippet runs in its own process group with a free MASTER_PORT and one
 thread per rank; a run past its timeout kills the whole group and fails. Missing GPUs skip with a
 reason; they never pass silently.
 """
@@ -16,55 +10,16 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-import shlex
 import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _spec import Spec, is_snippet, parse_spec  # snippets/ is on sys.path for its conftest
 
-DEFAULT_TIMEOUT_S = 120
 OUTPUT_TAIL_LINES = 150
-HEADER_LINES = 40  # declarations must appear this close to the top
-DECLARATION = re.compile(r"^#\s*(launch|requires|timeout):\s*(.+?)\s*$")
-NPROC = re.compile(r"--nproc[-_]per[-_]node[= ](\d+)")
-
-
-@dataclass(frozen=True)
-class Spec:
-    """What a snippet declares about itself."""
-
-    launch: list[str]
-    gpus: int
-    world_size: int
-    timeout_s: float
-
-
-def parse_spec(path: Path, root: Path) -> Spec:
-    rel = path.relative_to(root).as_posix()
-    found: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines()[:HEADER_LINES]:
-        match = DECLARATION.match(line)
-        if match:
-            found[match.group(1)] = match.group(2)
-    launch = shlex.split(found.get("launch", f"python {rel}"))
-    if launch[0] not in ("python", "torchrun") or launch[-1] != rel:
-        raise ValueError(f"'# launch:' must be 'python {rel}' or 'torchrun ... {rel}', got {launch}")
-    requires = found.get("requires", "")
-    gpus = 0
-    if requires == "cuda":
-        gpus = 1
-    elif requires.startswith("gpus="):
-        gpus = int(requires.removeprefix("gpus="))
-    elif requires:
-        raise ValueError(f"unknown '# requires: {requires}' (use 'cuda' or 'gpus=N')")
-    nproc = NPROC.search(" ".join(launch))
-    world_size = int(nproc.group(1)) if launch[0] == "torchrun" and nproc else 1
-    return Spec(launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)))
 
 
 def free_port() -> int:
@@ -174,11 +129,7 @@ class SnippetFile(pytest.File):
 
 
 def pytest_collect_file(file_path: Path, parent):
-    if (
-        file_path.suffix == ".py"
-        and file_path.name != "conftest.py"
-        and not file_path.name.startswith(("_", "test_"))
-    ):
+    if is_snippet(file_path):
         return SnippetFile.from_parent(parent, path=file_path)
     return None
 

@@ -1,0 +1,78 @@
+"""Label every included example with its file, how to run it and how the test suite runs it.
+
+A fenced Python block whose body is only ``--8<--`` includes of one snippet gets the file name as its
+title and, under it, a line with the launch command, how CI tests it (CPU/gloo, or skipped for lack of
+GPUs) and a link to the source. The facts come from the snippet's own declarations (snippets/_spec.py),
+so the label cannot drift from what the runner does.
+"""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_loader = importlib.util.spec_from_file_location("snippet_spec", ROOT / "snippets" / "_spec.py")
+spec_module = sys.modules["snippet_spec"] = importlib.util.module_from_spec(_loader)
+_loader.loader.exec_module(spec_module)
+
+INCLUDED_BLOCK = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>python|py)\b(?P<attrs>[^\n]*)\n"
+    r"(?P<body>(?:(?P=indent)--8<--[^\n]*\n)+)"
+    r"(?P=indent)(?P=fence)[ \t]*$",
+    re.MULTILINE,
+)
+INCLUDE_PATH = re.compile(r'--8<--\s+"([^":]+)')
+
+TEXT = {
+    "ko": {
+        "cpu": "CI(GPU 없음)에서 CPU로 실행해 assert로 검증, GPU가 있으면 GPU에서 실행",
+        "ranks": "CI에서 CPU·gloo로 랭크 {n}개를 띄워 assert로 검증, GPU 서버에서는 같은 코드가 NCCL로 실행",
+        "gpu": "CUDA GPU {gpus}개 이상 필요: GPU가 없는 CI에서는 이유를 밝히고 건너뛰며, GPU 서버의 `pytest snippets`에서 실행",
+        "source": "소스",
+        "tested": "테스트",
+    },
+    "en": {
+        "cpu": "run and checked by its asserts in CI on CPU (no GPU); uses a GPU where there is one",
+        "ranks": "run with {n} ranks on CPU with gloo in CI and checked by its asserts; the same code runs with NCCL on GPUs",
+        "gpu": "needs {gpus} CUDA GPU(s): skipped with its reason in CI (no GPU), run by `pytest snippets` on a GPU box",
+        "source": "source",
+        "tested": "tested",
+    },
+}
+
+
+def _note(spec, lang: str, source_url: str) -> str:
+    text = TEXT.get(lang, TEXT["en"])
+    if spec.gpus:
+        how = text["gpu"].format(gpus=spec.gpus)
+    elif spec.world_size > 1:
+        how = text["ranks"].format(n=spec.world_size)
+    else:
+        how = text["cpu"]
+    return f"`{spec.command}` · {text['tested']}: {how} · [{text['source']}]({source_url})"
+
+
+def on_page_markdown(markdown, page, config, files):
+    lang = getattr(page.file, "locale", None) or config["theme"]["language"]
+    blob = config.get("repo_url", "").rstrip("/") + "/blob/main/"
+
+    def label(match: re.Match) -> str:
+        paths = {p.split(":")[0] for p in INCLUDE_PATH.findall(match["body"])}
+        if len(paths) != 1:
+            return match[0]
+        (path,) = paths
+        file = ROOT / path
+        if file.suffix != ".py" or not file.is_file():
+            return match[0]  # check_paths reports a missing file
+        spec = spec_module.parse_spec(file, ROOT)
+        indent, attrs = match["indent"], match["attrs"]
+        if "title=" not in attrs:
+            attrs = f'{attrs} title="{path}"'
+        note = _note(spec, lang, blob + path)
+        return (
+            f"{indent}{match['fence']}{match['lang']}{attrs}\n{match['body']}{indent}{match['fence']}\n"
+            f"{indent}\n{indent}{note}\n{indent}{{: .snippet-note }}"
+        )
+
+    return INCLUDED_BLOCK.sub(label, markdown)
