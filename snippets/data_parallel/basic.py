@@ -37,12 +37,26 @@ for step in range(50):
 print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
 # --8<-- [end:train_step]
 
+# --8<-- [start:save]
+import os
+import tempfile
+
+# The wrapper's keys carry a "module." prefix; the inner module's keys don't.
+assert all(k.startswith("module.") for k in parallel_model.state_dict())
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "model.pt")
+    torch.save(parallel_model.module.state_dict(), path)  # save the bare model, not the wrapper
+    fresh = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))  # plain model, no DP
+    fresh.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+# --8<-- [end:save]
+
 # --8<-- [start:checks]
 assert outputs.shape == (100, 5)
+assert losses[-1] < losses[0] / 2, "training should reduce the loss"
+assert parallel_model.module is model  # the wrapper trains the very module you passed in
 with torch.no_grad():
     torch.testing.assert_close(parallel_model(inputs), model(inputs))  # same function, just split
-assert parallel_model.module is model  # save `parallel_model.module.state_dict()`, not the wrapper's
-assert losses[-1] < losses[0] / 2, "training should reduce the loss"
+    torch.testing.assert_close(fresh(inputs.cpu()), model(inputs).cpu())  # checkpoint round-trips
 if not torch.cuda.is_available():
     assert parallel_model.device_ids == []  # without CUDA, DataParallel just calls the module
 # --8<-- [end:checks]
