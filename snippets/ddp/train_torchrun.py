@@ -28,28 +28,33 @@ def setup() -> torch.device:
 
 
 # --8<-- [start:train]
-def train(device: torch.device, epochs: int = 5) -> nn.Module:
+def train(device: torch.device, epochs: int = 5) -> tuple[nn.Module, list[float]]:
     torch.manual_seed(0)  # same data on every rank; DDP syncs the initial weights anyway
     x = torch.randn(512, 10)
     dataset = TensorDataset(x, x[:, :5].sin())
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)  # each rank gets its own 1/world of the data
-    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)  # 32 per rank, 32 * world per step
 
     model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5)).to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.5)
 
+    epoch_losses = []
     for epoch in range(epochs):
         sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on all ranks
+        totals = torch.zeros(2, device=device)  # sum of batch losses, number of batches
         for inputs, targets in loader:
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
             loss = nn.functional.mse_loss(ddp_model(inputs), targets)
             loss.backward()  # gradients are all-reduced (averaged) across ranks here
             optimizer.step()
+            totals += torch.stack([loss.detach(), torch.ones_like(loss)])
+        dist.all_reduce(totals)  # sum over ranks: every rank gets the global mean
+        epoch_losses.append((totals[0] / totals[1]).item())
         if dist.get_rank() == 0:
-            print(f"epoch {epoch}: loss {loss.item():.4f}")
-    return ddp_model.module
+            print(f"epoch {epoch}: mean loss {epoch_losses[-1]:.4f}")
+    return ddp_model.module, epoch_losses
 # --8<-- [end:train]
 
 
@@ -67,7 +72,8 @@ def assert_replicas_equal(model: nn.Module) -> None:
 def main() -> None:
     device = setup()
     try:
-        model = train(device)
+        model, losses = train(device)
+        assert losses[-1] < 0.7 * losses[0], f"loss did not fall: {losses}"
         assert_replicas_equal(model)
         if dist.get_rank() == 0:
             print(f"{dist.get_world_size()} ranks on {device.type} ({dist.get_backend()}): replicas identical")

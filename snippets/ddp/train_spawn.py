@@ -1,0 +1,44 @@
+"""The same DDP training, with processes started by torch.multiprocessing.spawn instead of torchrun."""
+# launch: python snippets/ddp/train_spawn.py
+# timeout: 240
+
+# --8<-- [start:all]
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from train_torchrun import assert_replicas_equal, train  # the training code above, unchanged
+
+
+def init_process(rank: int, world_size: int) -> torch.device:
+    """Join the process group; rank and world size come from mp.spawn, not from the environment."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", rank)  # one GPU per process
+        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    return device
+
+
+def worker(rank: int, world_size: int) -> None:  # mp.spawn passes the process index as `rank`
+    device = init_process(rank, world_size)
+    try:
+        model, losses = train(device)
+        assert losses[-1] < 0.7 * losses[0], f"loss did not fall: {losses}"
+        assert_replicas_equal(model)
+        if rank == 0:
+            print(f"{world_size} processes on {device.type} ({dist.get_backend()}): replicas identical")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # required: spawned children re-import this file
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # where rank 0 listens; children inherit these
+    os.environ.setdefault("MASTER_PORT", "29500")
+    world_size = torch.cuda.device_count() if torch.cuda.is_available() else 2
+    mp.spawn(worker, args=(world_size,), nprocs=world_size, join=True)
+# --8<-- [end:all]
