@@ -1,0 +1,43 @@
+"""Helpers for the launch simulations: a free port, and running processes side by side."""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_together(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: float) -> list[str]:
+    """Start every command at once and return their outputs; if one fails or time runs out, kill them all."""
+    logs = [tempfile.TemporaryFile("w+") for _ in commands]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        for cmd, env, log in zip(commands, envs, logs)
+    ]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = any(p.returncode not in (None, 0) for p in procs)
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:  # each in its own session: kill it with everything it started
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    outputs = []
+    for log in logs:
+        log.seek(0)
+        outputs.append(log.read())
+        log.close()
+    for i, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"process {i} exited with {p.returncode}:\n{out}"
+    return outputs

@@ -1,0 +1,40 @@
+"""Simulate two nodes on one machine: two torchrun agents meet through a c10d rendezvous."""
+# launch: python snippets/launch/two_nodes.py
+# timeout: 180
+
+import os
+import re
+import sys
+
+from _procs import free_port, run_together
+
+# --8<-- [start:launch]
+port = os.environ.get("MASTER_PORT") or str(free_port())  # the rendezvous endpoint's port
+node_command = [
+    sys.executable, "-m", "torch.distributed.run",  # = torchrun, with this interpreter
+    "--nnodes=2",
+    "--nproc-per-node=1",
+    "--rdzv-backend=c10d",
+    f"--rdzv-endpoint=127.0.0.1:{port}",  # on a real cluster: the first node's address
+    "--rdzv-id=two-nodes-demo",  # the same on every node of one job
+    "--rdzv-conf=join_timeout=60",  # give up if the other node never comes
+    "--max-restarts=0",
+    "snippets/launch/env_vars.py",
+]
+env = dict(os.environ, OMP_NUM_THREADS="1")
+outputs = run_together([node_command, node_command], [env, env], timeout_s=150)
+# --8<-- [end:launch]
+
+# --8<-- [start:check]
+seen = []  # (rank, world size, node) from each agent's worker
+for out in outputs:
+    found = re.findall(r"^rank (\d+) of (\d+) on node (\d+): ok$", out, re.MULTILINE)
+    assert len(found) == 1, f"expected one worker per node, got:\n{out}"
+    seen.append(tuple(map(int, found[0])))
+table = next(out for out in outputs if out.count(" ok") and "GROUP_RANK" in out)  # rank 0's report
+print("\n".join(line for line in table.splitlines() if not re.match(r"[WIE]\d{4} ", line)))  # minus logs
+assert sorted(rank for rank, _, _ in seen) == [0, 1], seen  # distinct global ranks
+assert all(world == 2 for _, world, _ in seen), seen  # both saw the whole job
+assert sorted(node for _, _, node in seen) == [0, 1], seen  # one GROUP_RANK per agent
+print(f"two torchrun agents, one rendezvous: (rank, world size, node) = {sorted(seen)}")
+# --8<-- [end:check]
