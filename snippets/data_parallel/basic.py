@@ -20,7 +20,8 @@ parallel_model = nn.DataParallel(model)
 # --8<-- [start:forward]
 inputs = torch.randn(100, 10, device=device)
 outputs = parallel_model(inputs)  # split along dim 0 across GPUs, gathered on cuda:0
-print(f"device_ids={parallel_model.device_ids}, output {tuple(outputs.shape)} on {outputs.device}")
+print("device_ids:", parallel_model.device_ids)  # [] without CUDA
+print("output:", tuple(outputs.shape), outputs.device)
 # --8<-- [end:forward]
 
 # --8<-- [start:train_step]
@@ -45,18 +46,18 @@ import tempfile
 assert all(k.startswith("module.") for k in parallel_model.state_dict())
 with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "model.pt")
-    torch.save(parallel_model.module.state_dict(), path)  # save the bare model, not the wrapper
-    fresh = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))  # plain model, no DP
+    torch.save(parallel_model.module.state_dict(), path)  # the bare model's weights
+    fresh = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))  # no DP
     fresh.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 # --8<-- [end:save]
 
 # --8<-- [start:checks]
 assert outputs.shape == (100, 5)
 assert losses[-1] < losses[0] / 2, "training should reduce the loss"
-assert parallel_model.module is model  # the wrapper trains the very module you passed in
+assert parallel_model.module is model  # DP trains the module you passed in
 with torch.no_grad():
-    torch.testing.assert_close(parallel_model(inputs), model(inputs))  # same function, just split
-    torch.testing.assert_close(fresh(inputs.cpu()), model(inputs).cpu())  # checkpoint round-trips
+    torch.testing.assert_close(parallel_model(inputs), model(inputs))  # same function
+    torch.testing.assert_close(fresh(inputs.cpu()), model(inputs).cpu())  # round-trip
 if not torch.cuda.is_available():
-    assert parallel_model.device_ids == []  # without CUDA, DataParallel just calls the module
+    assert parallel_model.device_ids == []  # no CUDA: DP just calls the module
 # --8<-- [end:checks]

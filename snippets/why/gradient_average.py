@@ -20,7 +20,7 @@ def grads(module: nn.Module, inputs, targets) -> list[torch.Tensor]:
 
 
 def per_replica_grads(module: nn.Module) -> list[list[torch.Tensor]]:
-    """Each replica (an exact copy) gets its own slice of the batch: 32 / 4 = 8 samples."""
+    """Each replica (an exact copy) gets its own 32 / 4 = 8 samples."""
     shards = zip(x.chunk(world_size), y.chunk(world_size))
     return [grads(copy.deepcopy(module), xs, ys) for xs, ys in shards]
 # --8<-- [end:setup]
@@ -31,22 +31,25 @@ model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
 full = grads(model, x, y)  # one device, whole batch
 local = per_replica_grads(model)
 
-averaged = [torch.stack(g).mean(dim=0) for g in zip(*local)]  # all-reduce (sum), then / world_size
-summed = [torch.stack(g).sum(dim=0) for g in zip(*local)]  # "accumulated" without dividing
+# all-reduce sums across GPUs; dividing by world_size gives the average
+averaged = [torch.stack(g).mean(dim=0) for g in zip(*local)]
+summed = [torch.stack(g).sum(dim=0) for g in zip(*local)]  # sum, not divided
 
 for a, f, s in zip(averaged, full, summed):
     torch.testing.assert_close(a, f)  # average == full-batch gradient
-    torch.testing.assert_close(s, world_size * f)  # a plain sum is world_size times too big
+    torch.testing.assert_close(s, world_size * f)  # a sum is world_size times too big
 print(f"{world_size} shards: averaged gradients == full-batch gradients")
 # --8<-- [end:average]
 
 # --8<-- [start:batchnorm]
-# The equality needs each sample's loss to depend on that sample only. BatchNorm mixes
-# samples through batch statistics, and every shard computes its own mean and variance.
-bn_model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
+# The equality needs each sample's loss to depend on that sample only.
+# BatchNorm mixes samples: every shard computes its own mean and variance.
+bn_model = nn.Sequential(
+    nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1)
+)
 bn_full = grads(bn_model, x, y)
 bn_avg = [torch.stack(g).mean(dim=0) for g in zip(*per_replica_grads(bn_model))]
 gap = max((a - f).abs().max().item() for a, f in zip(bn_avg, bn_full))
 assert gap > 1e-3, "per-shard BatchNorm statistics should change the gradient"
-print(f"with BatchNorm: max |averaged - full| = {gap:.2g} (SyncBatchNorm shares the statistics)")
+print(f"with BatchNorm: max |averaged - full| = {gap:.2g}")
 # --8<-- [end:batchnorm]
