@@ -1,0 +1,129 @@
+"""Resumable DDP training: atomic snapshots every few steps, resume after torchrun restarts the workers."""
+# launch: torchrun --standalone --nproc-per-node=2 --max-restarts=1 snippets/fault/train_resumable.py
+
+import argparse
+import itertools
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+EPOCHS = 3
+SAVE_EVERY = 5  # steps; 8 steps per epoch, so most snapshots fall mid-epoch
+
+
+# --8<-- [start:setup]
+def setup() -> torch.device:
+    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return device
+# --8<-- [end:setup]
+
+
+# --8<-- [start:atomic]
+def save_atomic(obj: object, path: Path) -> None:
+    """torch.save to a temp file in the same directory, then rename it over `path` in one step."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+    except BaseException:
+        os.unlink(tmp)
+        raise
+# --8<-- [end:atomic]
+
+
+# --8<-- [start:snapshot]
+def save_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    if dist.get_rank() == 0:  # DDP replicas are identical: one copy is enough
+        save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
+
+
+def load_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+    """Restore model and optimizer in place; return the number of steps already done (0 if none)."""
+    if not path.exists():
+        return 0
+    snapshot = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(snapshot["model"])
+    optimizer.load_state_dict(snapshot["optimizer"])
+    return snapshot["step"]
+# --8<-- [end:snapshot]
+
+
+# --8<-- [start:train]
+def train(device: torch.device, snapshot: Path) -> nn.Module:
+    torch.manual_seed(0)  # same data and initial weights on every rank, in every attempt
+    x = torch.randn(256, 10)
+    dataset = TensorDataset(x, x[:, :5].sin())
+    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=16, sampler=sampler)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 5)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # momentum: state to restore
+
+    done = load_snapshot(snapshot, model, optimizer, device)  # before DDP wraps the model
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if dist.get_rank() == 0:
+        print(f"attempt {attempt}: starting at step {done}")
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    fail_at = int(os.environ.get("FAIL_AT_STEP", -1))  # fault injection for the test
+    steps_per_epoch, losses = len(loader), []
+    for epoch in range(done // steps_per_epoch, EPOCHS):
+        sampler.set_epoch(epoch)  # same order as the first attempt had in this epoch
+        skip = done - epoch * steps_per_epoch if epoch == done // steps_per_epoch else 0
+        for i, (inputs, targets) in enumerate(itertools.islice(loader, skip, None), start=skip):
+            step = epoch * steps_per_epoch + i  # global step about to run
+            if step == fail_at and attempt == 0 and dist.get_rank() == 1:
+                os._exit(1)  # a hard crash: no cleanup, no exception handler
+            torch.manual_seed(1000 * step + dist.get_rank())  # dropout masks depend on (step, rank) only
+            inputs, targets = inputs.to(device), targets.to(device)
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(ddp_model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if (step + 1) % SAVE_EVERY == 0:
+                save_snapshot(snapshot, model, optimizer, step + 1)
+    if dist.get_rank() == 0:
+        print(f"attempt {attempt}: finished step {step}, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    assert losses[-1] < losses[0], "loss did not fall"
+    return model
+# --8<-- [end:train]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "local")  # same for every restart of one torchrun job
+    parser.add_argument("--snapshot", type=Path, default=Path(tempfile.gettempdir()) / f"snapshot-{run_id}.pt")
+    parser.add_argument("--final", type=Path, help="write the trained weights here")
+    args = parser.parse_args()
+    device = setup()
+    try:
+        model = train(device, args.snapshot)
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        peak = flat.clone()
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        assert torch.equal(flat, peak), "replicas diverged"  # every rank equals the max: all equal
+        if dist.get_rank() == 0 and args.final:
+            save_atomic(model.state_dict(), args.final)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
