@@ -101,7 +101,7 @@ def main() -> None:
             for name in PER_RUN:
                 print(f"{name:<27}{everyone[0][name]}")
             print()
-            print("".join(f"{name:<12}" for name in PER_RANK + ["device"]))
+            print("".join(f"{name:<12}" for name in PER_RANK + ["device"]).rstrip())
             for e in everyone:
                 print("".join(f"{e[name]:<12}" for name in PER_RANK + ["device"]).rstrip())
         check(everyone)
