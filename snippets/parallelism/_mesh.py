@@ -1,4 +1,4 @@
-"""Shared by the programs of this chapter: a 1-D device mesh over all the ranks torchrun started."""
+"""Shared by this chapter's programs: a 1-D device mesh over all the ranks torchrun started."""
 
 # --8<-- [start:mesh]
 import os
@@ -14,6 +14,7 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
         torch.cuda.set_device(device)  # before the mesh: it creates the process group
     else:
         device = torch.device("cpu")
-    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))  # calls init_process_group()
+    # init_device_mesh calls init_process_group() when there is no process group yet
+    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
 # --8<-- [end:mesh]

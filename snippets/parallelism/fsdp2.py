@@ -1,4 +1,4 @@
-"""FSDP2: fully_shard trains exactly what DDP trains, with half the parameter and optimizer memory per rank."""
+"""FSDP2: fully_shard trains exactly what DDP trains, with half the memory per rank."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/fsdp2.py
 
 import torch
@@ -13,7 +13,7 @@ from _mesh import setup_mesh
 
 
 def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same initial weights on every rank and in the reference
+    torch.manual_seed(0)  # the same initial weights on every rank and in every copy
     blocks = [nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(4)]
     return nn.Sequential(*blocks, nn.Linear(32, 8))
 
@@ -21,20 +21,21 @@ def make_model() -> nn.Sequential:
 # --8<-- [start:shard]
 def shard(model: nn.Sequential, mesh, **kwargs) -> nn.Sequential:
     for block in model[:-1]:
-        fully_shard(block, mesh=mesh, **kwargs)  # one all-gather and one reduce-scatter per block
-    fully_shard(model, mesh=mesh, **kwargs)  # the root: the parameters left over (the last Linear)
+        fully_shard(block, mesh=mesh, **kwargs)  # one all-gather, one reduce-scatter
+    fully_shard(model, mesh=mesh, **kwargs)  # the root: what is left (the last Linear)
     return model
 # --8<-- [end:shard]
 
 
 # --8<-- [start:train]
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 5) -> torch.optim.Optimizer:
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)  # after fully_shard: it sees the sharded DTensors
+def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 5):
+    # built after fully_shard: the optimizer sees the sharded DTensor parameters
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(steps):
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()  # FSDP: reduce-scatter, each rank keeps the averaged gradient of its own shard
-        optimizer.step()  # updates the local shard only; Adam's state exists only for it
+        loss.backward()  # FSDP: reduce-scatter, each rank keeps its shard's mean gradient
+        optimizer.step()  # updates the local shard; Adam's state exists for it only
     return optimizer
 # --8<-- [end:train]
 
@@ -49,45 +50,52 @@ def main() -> None:
     try:
         torch.manual_seed(1)
         x = torch.randn(64, 32, device=device)
-        x, y = x.chunk(world)[rank], x[:, :8].sin().chunk(world)[rank]  # each rank: its share of the batch
+        y = x[:, :8].sin()
+        x, y = x.chunk(world)[rank], y.chunk(world)[rank]  # each rank: its share of the batch
 
         # --8<-- [start:compare]
-        ddp = DDP(make_model().to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        ids = [device.index] if device.type == "cuda" else None
+        ddp = DDP(make_model().to(device), device_ids=ids)
         train(ddp, x, y)
         model = shard(make_model(), mesh)
         optimizer = train(model, x, y)
 
         for (name, p), ref in zip(model.named_parameters(), ddp.module.parameters()):
             assert isinstance(p, DTensor) and p.placements[0].is_shard(dim=0), name
-            assert torch.equal(p.full_tensor(), ref), name  # full_tensor() all-gathers the shards
+            assert torch.equal(p.full_tensor(), ref), name  # full_tensor(): all-gather
         # --8<-- [end:compare]
 
         # --8<-- [start:memory]
-        full = sum(p.numel() for p in model.parameters())  # a DTensor's numel() is the global size
+        full = sum(p.numel() for p in model.parameters())  # DTensor.numel(): global size
         params = local_numel(model.parameters())
         grads = local_numel(p.grad for p in model.parameters())
-        adam = local_numel(s for state in optimizer.state.values() for s in state.values())  # exp_avg, exp_avg_sq
-        assert params * world == full and grads == params and adam == 2 * params, (full, params, grads, adam)
+        adam = local_numel(s for st in optimizer.state.values() for s in st.values())
+        assert params * world == full, (params, full)
+        assert grads == params and adam == 2 * params  # exp_avg + exp_avg_sq
         if rank == 0:
-            print(f"parameters: {full} in all, {params} on each of {world} ranks; Adam state: {adam} per rank")
+            print(f"parameters: {full} in all, {params} on each of {world} ranks; "
+                  f"Adam state: {adam} per rank")
         # --8<-- [end:memory]
 
         # --8<-- [start:mixed]
         bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         mixed = shard(make_model(), mesh, mp_policy=bf16)
-        out = mixed(x)  # parameters all-gathered in bf16, compute in bf16
-        nn.functional.mse_loss(out.float(), y).backward()  # gradients reduce-scattered in fp32
+        out = mixed(x)  # parameters all-gathered in bf16, computed in bf16
+        nn.functional.mse_loss(out.float(), y).backward()  # reduce-scatter in fp32
         assert out.dtype == torch.bfloat16
-        assert all(p.dtype == p.grad.dtype == torch.float32 for p in mixed.parameters())  # fp32 master shards
+        for p in mixed.parameters():  # the shards stay fp32: the optimizer's master weights
+            assert p.dtype == p.grad.dtype == torch.float32
         # --8<-- [end:mixed]
 
         # --8<-- [start:save]
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, in CPU memory
-        state = get_model_state_dict(model, options=options)  # collective: every rank calls it
+        # gathered to rank 0 only, in CPU memory; a collective: every rank calls it
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(model, options=options)
         if rank == 0:
             plain = make_model()
-            plain.load_state_dict(state)  # the same keys as the unwrapped model: no FSDP prefixes
-            assert all(torch.equal(a, b.cpu()) for a, b in zip(plain.parameters(), ddp.module.parameters()))
+            plain.load_state_dict(state)  # the keys of the plain model: no FSDP prefixes
+            for a, b in zip(plain.parameters(), ddp.module.parameters()):
+                assert torch.equal(a, b.cpu())
             print("FSDP2 == DDP after 5 Adam steps; the full state dict loads into a plain nn.Module")
         # --8<-- [end:save]
     finally:

@@ -1,4 +1,4 @@
-"""Pipeline parallelism: two stages, GPipe over 4 micro-batches, the same loss and update as one process."""
+"""Pipeline parallelism: GPipe over 4 micro-batches gives one process's loss and update."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/pipeline.py
 
 import copy
@@ -13,7 +13,8 @@ from _mesh import setup_mesh
 
 def make_model() -> nn.Sequential:
     torch.manual_seed(0)  # the same full model on every rank: each keeps only its stage
-    return nn.Sequential(*(nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)), nn.Linear(32, 8))
+    layers = [nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)]
+    return nn.Sequential(*layers, nn.Linear(32, 8))
 
 
 # --8<-- [start:split]
@@ -35,20 +36,21 @@ def main() -> None:
         loss_fn = nn.MSELoss()
 
         # --8<-- [start:stage]
-        part = stage_layers(copy.deepcopy(reference), rank, stages)  # 2 stages: layers 0-1 | layers 2-4
+        part = stage_layers(copy.deepcopy(reference), rank, stages)  # 2 stages: 0-1 | 2-4
         stage = PipelineStage(part, stage_index=rank, num_stages=stages, device=device)
-        schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=loss_fn)  # 16 samples: 4 micro-batches of 4
+        # 16 samples: 4 micro-batches of 4
+        schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=loss_fn)
         # --8<-- [end:stage]
 
         # --8<-- [start:step]
         optimizer = torch.optim.SGD(part.parameters(), lr=0.1)
         losses = []
         if stage.is_first:
-            schedule.step(x)  # the first stage splits the batch and feeds the micro-batches
+            schedule.step(x)  # splits the batch, feeds the micro-batches
         elif stage.is_last:
-            schedule.step(target=y, losses=losses)  # the last stage computes one loss per micro-batch
+            schedule.step(target=y, losses=losses)  # one loss per micro-batch
         else:
-            schedule.step()  # middle stages (with more ranks) only pass activations on
+            schedule.step()  # middle stages (with more ranks) pass activations on
         optimizer.step()
         # --8<-- [end:step]
 
@@ -56,13 +58,14 @@ def main() -> None:
         reference_loss = loss_fn(reference(x), y)  # one process, the whole batch at once
         reference_loss.backward()
         torch.optim.SGD(reference.parameters(), lr=0.1).step()
-        for p, ref in zip(part.parameters(), stage_layers(reference, rank, stages).parameters()):
-            torch.testing.assert_close(p, ref)  # the same update: grads were averaged over the micro-batches
+        mine = stage_layers(reference, rank, stages)
+        for p, ref in zip(part.parameters(), mine.parameters()):
+            torch.testing.assert_close(p, ref)  # the same update
         if stage.is_last:
-            loss = torch.stack(losses).mean()  # equal micro-batches: the mean of their means
+            loss = torch.stack(losses).mean()  # equal micro-batches: the mean of the means
             torch.testing.assert_close(loss, reference_loss)
-            print(f"{stages} stages, {len(losses)} micro-batches: loss {loss.item():.6f} == one process "
-                  f"{reference_loss.item():.6f}; updated weights equal")
+            print(f"{stages} stages, {len(losses)} micro-batches: loss {loss.item():.6f} "
+                  f"== one process {reference_loss.item():.6f}; updated weights equal")
         # --8<-- [end:check]
     finally:
         dist.destroy_process_group()

@@ -1,4 +1,4 @@
-"""Tensor parallelism: a column- then row-parallel MLP gives the unsharded outputs and gradients, one all-reduce each way."""
+"""Tensor parallelism: a column- then row-parallel MLP equals the unsharded one."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/tensor_parallel.py
 
 import copy
@@ -34,29 +34,31 @@ def main() -> None:
         model = parallelize_module(
             copy.deepcopy(reference),
             mesh,
-            {"up": ColwiseParallel(), "down": RowwiseParallel()},  # Megatron-style: column, then row
+            {"up": ColwiseParallel(), "down": RowwiseParallel()},  # column, then row
         )
-        assert model.up.weight.to_local().shape == (64 // world, 16)  # each rank: a slice of the output features
-        assert model.down.weight.to_local().shape == (16, 64 // world)  # ... and the matching input features
+        # each rank holds a slice of up's output features and of down's input features
+        assert model.up.weight.to_local().shape == (64 // world, 16)
+        assert model.down.weight.to_local().shape == (16, 64 // world)
         # --8<-- [end:parallelize]
 
         # --8<-- [start:check]
         x_tp = x.detach().clone().requires_grad_()
         with CommDebugMode() as forward_comms:
-            out = model(x_tp)  # a plain, replicated tensor: RowwiseParallel all-reduces the partial sums
+            out = model(x_tp)  # a plain tensor: RowwiseParallel all-reduced the partial sums
         with CommDebugMode() as backward_comms:
-            out.sum().backward()
-        reference(x).sum().backward()
+            out.sum().backward()  # ColwiseParallel all-reduces the input's gradient
+        assert forward_comms.get_total_counts() == backward_comms.get_total_counts() == 1
 
-        assert forward_comms.get_total_counts() == backward_comms.get_total_counts() == 1  # one all-reduce each way
+        reference(x).sum().backward()
         torch.testing.assert_close(out, reference(x))  # same outputs as the unsharded MLP
-        torch.testing.assert_close(x_tp.grad, x.grad)
+        torch.testing.assert_close(x_tp.grad, x.grad)  # same gradient for the input
         for (name, p), ref in zip(model.named_parameters(), reference.parameters()):
-            torch.testing.assert_close(p.grad.full_tensor(), ref.grad, msg=name)  # and the same gradients
+            torch.testing.assert_close(p.grad.full_tensor(), ref.grad, msg=name)
         # --8<-- [end:check]
         if dist.get_rank() == 0:
             print(f"TP on {world} ranks == unsharded MLP (outputs and gradients); collectives: "
-                  f"{forward_comms.get_total_counts()} in forward, {backward_comms.get_total_counts()} in backward")
+                  f"{forward_comms.get_total_counts()} in forward, "
+                  f"{backward_comms.get_total_counts()} in backward")
     finally:
         dist.destroy_process_group()
 
