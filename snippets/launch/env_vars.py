@@ -1,13 +1,13 @@
 """Print and check what a launcher tells each process: torchrun, or Slurm's srun without torchrun."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/launch/env_vars.py
 
+# --8<-- [start:vars]
 import os
 import re
 
 import torch
 import torch.distributed as dist
 
-# --8<-- [start:vars]
 PER_RANK = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK"]  # differ between processes
 PER_RUN = [  # the same in every process of the run
     "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME",

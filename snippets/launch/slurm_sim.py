@@ -2,6 +2,7 @@
 # launch: python snippets/launch/slurm_sim.py
 # timeout: 180
 
+# --8<-- [start:parsers]
 import os
 import re
 import sys
@@ -9,7 +10,6 @@ import sys
 from _procs import free_port, run_together
 from env_vars import first_host, tasks_on_node
 
-# --8<-- [start:parsers]
 assert first_host("gpu[07-08,11],cpu1") == "gpu07"  # zero padding kept
 assert first_host("node12") == "node12"
 assert [tasks_on_node("2(x3),1", n) for n in range(4)] == [2, 2, 2, 1]

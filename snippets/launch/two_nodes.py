@@ -2,13 +2,13 @@
 # launch: python snippets/launch/two_nodes.py
 # timeout: 180
 
+# --8<-- [start:launch]
 import os
 import re
 import sys
 
 from _procs import free_port, run_together
 
-# --8<-- [start:launch]
 port = os.environ.get("MASTER_PORT") or str(free_port())  # the rendezvous endpoint's port
 node_command = [
     sys.executable, "-m", "torch.distributed.run",  # = torchrun, with this interpreter
