@@ -44,8 +44,8 @@ def parse_spec(path: Path, root: Path) -> Spec:
         if match:
             found[match.group(1)] = match.group(2)
     launch = shlex.split(found.get("launch", f"python {rel}"))
-    if launch[0] not in ("python", "torchrun") or launch[-1] != rel:
-        raise ValueError(f"{rel}: '# launch:' must be 'python {rel}' or 'torchrun ... {rel}', got {launch}")
+    if launch[0] not in ("python", "torchrun") or rel not in launch:
+        raise ValueError(f"{rel}: '# launch:' must be 'python {rel} [args]' or 'torchrun ... {rel} [args]', got {launch}")
     requires = found.get("requires", "")
     if requires == "cuda":
         gpus = 1

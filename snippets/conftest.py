@@ -2,7 +2,7 @@
 
 A snippet declares how it is launched and what it needs in comment lines near its top (see _spec.py).
 Each snippet runs in its own process group with a free MASTER_PORT and one
-thread per rank; a run past its timeout kills the whole group and fails. Missing GPUs skip with a
+thread per rank; a run past its timeout is stopped with every process it started, and fails. Missing GPUs skip with a
 reason; they never pass silently.
 """
 
@@ -20,6 +20,7 @@ import pytest
 from _spec import Spec, is_snippet, parse_spec  # snippets/ is on sys.path for its conftest
 
 OUTPUT_TAIL_LINES = 150
+GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
 
 
 def free_port() -> int:
@@ -94,11 +95,10 @@ class SnippetItem(pytest.Item):
         try:
             output, _ = proc.communicate(timeout=self.spec.timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            raise SnippetFailed(f"timed out after {self.spec.timeout_s:g} s (process group killed)", output)
+            output = stop_tree(proc)
+            raise SnippetFailed(f"timed out after {self.spec.timeout_s:g} s (all its processes killed)", output)
         finally:
-            _kill_stragglers(proc.pid)
+            kill_group(proc.pid)
         self.add_report_section("call", "output", output)
         if proc.returncode != 0:
             raise SnippetFailed(f"exited with code {proc.returncode}", output)
@@ -115,11 +115,51 @@ class SnippetItem(pytest.Item):
         return self.path, 0, " ".join(self.spec.launch)
 
 
-def _kill_stragglers(pgid: int) -> None:
+def descendants(pid: int) -> set[int]:
+    """Every process below pid. torchrun starts each rank in a session of its own, so killing
+    torchrun's process group would orphan the ranks (and they would keep the output pipe open)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
+
+
+def stop_tree(proc: subprocess.Popen) -> str:
+    """SIGTERM the launcher (torchrun then stops its ranks), SIGKILL whatever is left; return the output."""
+    tree = descendants(proc.pid)
+    kill_group(proc.pid, signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=GRACE_S)[0]
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for pid in tree | descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        kill_group(proc.pid)
+    try:
+        return proc.communicate(timeout=GRACE_S)[0]
+    except subprocess.TimeoutExpired:
+        return "(output lost: a process outside the snippet's tree holds its pipe)"
 
 
 class SnippetFile(pytest.File):

@@ -1,0 +1,84 @@
+"""The Markdown sources: both languages mirror each other, and code reaches pages only by inclusion."""
+
+import re
+
+import pytest
+from markdown_source import LANGS, ROOT, fences, headings, includes, load_spec_module, page_files, pages
+
+SPEC = load_spec_module()
+PAGES = sorted(pages("ko"))
+LANG_PAGES = [(lang, name) for lang in LANGS for name in sorted(pages(lang))]
+SNIPPET_COMMAND = re.compile(r"^(?:python|torchrun)\b.*\bsnippets/\S+\.py\b.*$")
+
+
+def read(lang: str, name: str) -> str:
+    return (ROOT / "docs" / lang / name).read_text(encoding="utf-8")
+
+
+def test_same_pages_in_both_languages():
+    assert page_files("ko") == page_files("en")
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_same_includes_in_same_order(name):
+    assert includes(read("ko", name)) == includes(read("en", name))
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_same_heading_ids_in_same_order(name):
+    ids = {lang: [(level, hid) for level, _, hid in headings(read(lang, name)) if level > 1] for lang in LANGS}
+    assert ids["ko"] == ids["en"]
+
+
+@pytest.mark.parametrize("lang,name", LANG_PAGES)
+def test_subheadings_have_fixed_ids(lang, name):
+    missing = [text for level, text, hid in headings(read(lang, name)) if level > 1 and hid is None]
+    assert not missing, f"headings without '{{ #id }}': {missing}"
+
+
+@pytest.mark.parametrize("lang,name", LANG_PAGES)
+def test_python_reaches_pages_only_by_inclusion(lang, name):
+    inline = [
+        f"line {f.line}"
+        for f in fences(read(lang, name))
+        if f.lang in ("python", "py", "python3", "pycon")
+        and not all(line.strip().startswith("--8<--") for line in f.body if line.strip())
+    ]
+    assert not inline, f"Python blocks that are not snippet includes: {inline}"
+
+
+@pytest.mark.parametrize("lang,name", LANG_PAGES)
+def test_includes_name_existing_files_and_sections(lang, name):
+    for target in includes(read(lang, name)):
+        path, _, section = target.partition(":")
+        file = ROOT / path
+        assert file.is_file(), f"{target}: no such file"
+        if section and not section.replace(":", "").isdigit():
+            source = file.read_text(encoding="utf-8")
+            for edge in ("start", "end"):
+                assert f"--8<-- [{edge}:{section}]" in source, f"{target}: no '[{edge}:{section}]' marker"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_snippet_is_shown(lang):
+    shown = {t.partition(":")[0] for name in pages(lang) for t in includes(read(lang, name))}
+    snippets = {p.relative_to(ROOT).as_posix() for p in SPEC.all_snippets(ROOT)}
+    assert not snippets - shown, f"snippets no {lang} page includes"
+
+
+@pytest.mark.parametrize("lang,name", LANG_PAGES)
+def test_shell_commands_match_declared_launch(lang, name):
+    """A command that runs a snippet is written as the snippet declares it, so the page runs what CI ran."""
+    for fence in fences(read(lang, name)):
+        if fence.lang not in ("bash", "sh", "shell", "console"):
+            continue
+        for line in fence.body:
+            command = line.strip().removeprefix("$ ").split("  #")[0].strip()
+            if not SNIPPET_COMMAND.match(command):
+                continue
+            path = next(word for word in command.split() if word.startswith("snippets/") and word.endswith(".py"))
+            spec = SPEC.parse_spec(ROOT / path, ROOT)
+            extra = command.removeprefix(spec.command)
+            assert command.startswith(spec.command) and (not extra or extra.startswith(" ")), (
+                f"page runs '{command}', the snippet declares '{spec.command}'"
+            )

@@ -1,0 +1,129 @@
+"""The snippet runner itself: planted faults must give the right outcome, as a reader's pytest run reports it."""
+
+import shutil
+import subprocess
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+from markdown_source import ROOT
+
+HANG_MARKER = "planted-hang-7c1e"  # found in the command line of any rank that outlives its timeout
+PLANTED = {
+    "passes.py": "assert 1 + 1 == 2\nprint('ok')\n",
+    "fails.py": "print('before the failure')\nassert 1 + 1 == 3, 'planted wrong result'\n",
+    "needs_two_gpus.py": "# requires: gpus=2\nimport torch\nassert torch.cuda.device_count() >= 2\n",
+    "syntax_error.py": "def broken(:\n    pass\n",
+    "two_ranks.py": textwrap.dedent(
+        """\
+        # launch: torchrun --standalone --nproc-per-node=2 snippets/planted/two_ranks.py
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        assert dist.get_world_size() == 2
+        print(f"rank {dist.get_rank()} ready")
+        dist.destroy_process_group()
+        """
+    ),
+    # Two ranks that never finish: rank 0 waits at a barrier rank 1 never reaches.
+    "hangs.py": textwrap.dedent(
+        f"""\
+        # launch: torchrun --standalone --nproc-per-node=2 snippets/planted/hangs.py {HANG_MARKER}
+        # timeout: 20
+        import time
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        print(f"rank {{dist.get_rank()}} started", flush=True)
+        if dist.get_rank() == 0:
+            dist.barrier()
+        time.sleep(3600)
+        """
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A scratch repository holding the real runner and one planted snippet per outcome."""
+    repo = tmp_path_factory.mktemp("planted_repo")
+    snippets = repo / "snippets"
+    (snippets / "planted").mkdir(parents=True)
+    for name in ("conftest.py", "_spec.py"):
+        shutil.copy(ROOT / "snippets" / name, snippets / name)
+    for name, source in PLANTED.items():
+        (snippets / "planted" / name).write_text(source)
+    (repo / "pytest.ini").write_text("[pytest]\nmarkers =\n    snippet\n    gpu(n)\n    world_size(n)\n")
+    return repo
+
+
+def run_pytest(repo, *args, timeout=600):
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=repo, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def outcomes(planted):
+    """name -> (outcome, message + captured text) from one run over every planted snippet."""
+    run = run_pytest(planted, "snippets", "-rs", "--junitxml=report.xml")
+    assert run.returncode == 1, run.stdout  # some planted snippets must fail
+    found = {}
+    for case in ET.parse(planted / "report.xml").iter("testcase"):
+        outcome, text = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                text = (child.get("message") or "") + (child.text or "")
+        found[case.get("name")] = (outcome, text)
+    return found
+
+
+def test_each_snippet_is_its_own_test(outcomes):
+    assert set(outcomes) == {name.removesuffix(".py") for name in PLANTED}
+
+
+def test_passing_programs_pass(outcomes):
+    assert outcomes["passes"][0] == "passed"
+    assert outcomes["two_ranks"][0] == "passed"
+
+
+def test_a_failing_snippet_fails_and_shows_its_output(outcomes):
+    outcome, text = outcomes["fails"]
+    assert outcome == "failed"
+    assert "planted wrong result" in text and "before the failure" in text
+
+
+def test_a_syntax_error_fails(outcomes):
+    outcome, text = outcomes["syntax_error"]
+    assert outcome == "failed" and "SyntaxError" in text
+
+
+def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(outcomes):
+    outcome, text = outcomes["hangs"]
+    assert outcome == "failed" and "timed out after 20 s (all its processes killed)" in text
+    survivors = subprocess.run(["pgrep", "-f", HANG_MARKER], capture_output=True, text=True).stdout
+    assert not survivors.strip(), f"ranks outlived the timeout: {survivors}"
+
+
+def test_missing_gpus_skip_with_a_visible_reason(outcomes):
+    outcome, text = outcomes["needs_two_gpus"]
+    assert outcome == "skipped" and "needs 2 CUDA GPU(s), this machine has 0" in text
+
+
+def test_declared_needs_become_markers(planted):
+    gpu_only = run_pytest(planted, "snippets", "--collect-only", "-q", "-m", "gpu")
+    assert "needs_two_gpus.py::needs_two_gpus" in gpu_only.stdout
+    assert "two_ranks.py" not in gpu_only.stdout
+    multi_rank = run_pytest(planted, "snippets", "--collect-only", "-q", "-m", "world_size")
+    assert "two_ranks.py::two_ranks" in multi_rank.stdout
+
+
+def test_a_bad_declaration_is_an_error_not_a_pass(planted, tmp_path):
+    bad = planted / "snippets" / "planted_bad"
+    bad.mkdir(exist_ok=True)
+    (bad / "bad_launch.py").write_text("# launch: python elsewhere.py\nassert True\n")
+    try:
+        run = run_pytest(planted, "snippets/planted_bad")
+    finally:
+        shutil.rmtree(bad)
+    assert run.returncode != 0 and "'# launch:' must be" in run.stdout

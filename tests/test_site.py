@@ -1,0 +1,109 @@
+"""The built site: both languages, notebooks rendered, included code really on the page, links resolve."""
+
+import html
+import re
+import textwrap
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from markdown_source import LANGS, ROOT, includes, page_files, pages
+
+SECTION_MARK = re.compile(r"^\s*#\s*--8<--\s*\[(start|end):[\w\-]+\]\s*$")
+
+
+def built_page(site: Path, lang: str, name: str) -> Path:
+    """Where a docs/<lang>/<name> page lands: Korean at /, English at /en/."""
+    stem = PurePosixPath(name).with_suffix("")
+    path = stem.parent / "index.html" if stem.name == "index" else stem / "index.html"
+    return site / ("" if lang == "ko" else "en") / path
+
+
+class Anchors(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.refs = set(), []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for key in ("id", "name"):
+            if attrs.get(key):
+                self.ids.add(attrs[key])
+        for key in ("href", "src"):
+            if attrs.get(key) and not (tag == "link" and attrs.get("rel") in ("alternate", "canonical")):
+                self.refs.append(attrs[key])
+
+
+def parse(path: Path) -> Anchors:
+    parser = Anchors()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def included_lines(target: str) -> list[str]:
+    """The non-blank lines a `--8<--` include puts on the page (a whole file or a named section)."""
+    path, _, section = target.partition(":")
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    if section:
+        start = lines.index(next(l for l in lines if l.strip() == f"# --8<-- [start:{section}]"))
+        end = lines.index(next(l for l in lines[start:] if l.strip() == f"# --8<-- [end:{section}]"))
+        lines = lines[start + 1 : end]
+    body = textwrap.dedent("\n".join(l for l in lines if not SECTION_MARK.match(l)))
+    return [l.strip() for l in body.splitlines() if l.strip()]
+
+
+def page_text(path: Path) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_page_is_built_in_its_language(built_site, lang):
+    for name in page_files(lang):
+        page = built_page(built_site, lang, name)
+        assert page.is_file(), f"{name} not built at {page.relative_to(built_site)}"
+        assert f'<html lang="{lang}"' in page.read_text(encoding="utf-8")
+    assert not (built_site / "ko").exists(), "Korean is the default language: served at /, not /ko/"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_notebooks_render_as_notebooks_with_outputs(built_site, lang):
+    notebooks = sorted(n for n in page_files(lang) if n.endswith(".ipynb"))
+    assert notebooks, "the site has notebook pages"
+    for name in notebooks:
+        source = built_page(built_site, lang, name).read_text(encoding="utf-8")
+        assert "jupyter-wrapper" in source, f"{name} was not rendered by mkdocs-jupyter"
+        assert re.search(r'class="[^"]*jp-OutputArea-output', source), f"{name} shows no cell output"
+        assert not (built_site / ("" if lang == "ko" else "en") / name).exists(), f"{name} copied raw"
+
+
+@pytest.mark.parametrize("lang,name", [(l, n) for l in LANGS for n in sorted(pages(l))])
+def test_included_code_is_on_the_built_page(built_site, lang, name):
+    text = page_text(built_page(built_site, lang, name))
+    for target in includes((ROOT / "docs" / lang / name).read_text(encoding="utf-8")):
+        missing = [line for line in included_lines(target) if line not in text]
+        assert not missing, f"{target}: lines not on the page, e.g. {missing[:3]}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_internal_links_and_anchors_resolve(built_site, lang):
+    root = built_site if lang == "ko" else built_site / "en"
+    files = [p for p in root.rglob("*.html") if lang == "en" or "en" not in p.relative_to(built_site).parts[:1]]
+    cache: dict[Path, Anchors] = {}
+    broken = []
+    for page in files:
+        for ref in parse(page).refs:
+            parts = urlsplit(ref)
+            if parts.scheme or parts.netloc or ref.startswith(("mailto:", "javascript:", "data:")):
+                continue
+            target = page if not parts.path else (page.parent / unquote(parts.path)).resolve()
+            if parts.path.endswith("/") or target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{page.relative_to(built_site)} -> {ref}")
+                continue
+            if parts.fragment and target.suffix == ".html":
+                anchors = cache.setdefault(target, parse(target))
+                if unquote(parts.fragment) not in anchors.ids:
+                    broken.append(f"{page.relative_to(built_site)} -> {ref} (no such anchor)")
+    assert not broken, "\n".join(broken[:30])
