@@ -1,0 +1,100 @@
+"""Gradient accumulation under DDP: no_sync() around forward and backward, one all-reduce per optimizer step."""
+# launch: torchrun --standalone --nproc-per-node=2 snippets/training/grad_accumulation.py
+
+import copy
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+# --8<-- [start:setup]
+def setup() -> torch.device:
+    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return device
+# --8<-- [end:setup]
+
+
+# --8<-- [start:hook]
+def counting_allreduce(calls: list[int], bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's default all-reduce (average), plus a note of every bucket it reduces."""
+    calls.append(bucket.index())
+    return default_hooks.allreduce_hook(None, bucket)
+# --8<-- [end:hook]
+
+
+# --8<-- [start:accumulate]
+def accumulate(model: DDP, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Backward over all micro-batches; gradients are all-reduced only after the last one."""
+    *early, last = micro_batches
+    for inputs, targets in early:
+        with model.no_sync():  # forward AND backward inside: DDP arms its all-reduce in forward
+            loss = nn.functional.mse_loss(model(inputs), targets) / len(micro_batches)
+            loss.backward()  # gradients add up locally in .grad
+    inputs, targets = last
+    loss = nn.functional.mse_loss(model(inputs), targets) / len(micro_batches)
+    loss.backward()  # one all-reduce of the summed gradients
+# --8<-- [end:accumulate]
+
+
+def forward_outside(model: DDP, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """The mistake: only backward inside no_sync()."""
+    for inputs, targets in micro_batches:
+        loss = nn.functional.mse_loss(model(inputs), targets) / len(micro_batches)
+        with model.no_sync():
+            loss.backward()
+
+
+def grads(module: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in module.parameters()]
+
+
+# --8<-- [start:main]
+def main() -> None:
+    device = setup()
+    try:
+        rank, world, steps = dist.get_rank(), dist.get_world_size(), 4
+        torch.manual_seed(0)  # same model and same global batch on every rank
+        net = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 4)).to(device)
+        x = torch.randn(world * steps * 8, 16, device=device)  # global batch: 2 ranks x 4 micro-batches x 8
+        y = torch.randn(len(x), 4, device=device)
+
+        reference = copy.deepcopy(net)  # one process, one step over the whole global batch
+        nn.functional.mse_loss(reference(x), y).backward()
+
+        model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+        calls: list[int] = []
+        model.register_comm_hook(calls, counting_allreduce)
+        mine = list(zip(x[rank::world].chunk(steps), y[rank::world].chunk(steps)))  # this rank's micro-batches
+
+        accumulate(model, mine)
+        buckets = len(set(calls))
+        assert len(calls) == buckets  # each bucket reduced once, not once per micro-batch
+        for got, want in zip(grads(model.module), grads(reference)):
+            torch.testing.assert_close(got, want)  # == one big-batch step over all ranks' data
+
+        model.zero_grad()
+        calls.clear()
+        forward_outside(model, mine)
+        assert len(calls) == steps * buckets  # no_sync() around backward only: every micro-batch synced
+        if rank == 0:
+            print(f"no_sync around forward+backward: {buckets} all-reduce(s) for {steps} micro-batches; "
+                  f"around backward only: {len(calls)}; gradients equal the big-batch step")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+# --8<-- [end:main]

@@ -1,0 +1,94 @@
+"""Uneven inputs: ranks with different numbers of batches finish together under the Join context manager."""
+# launch: torchrun --standalone --nproc-per-node=2 snippets/training/uneven_join.py
+
+import copy
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+# --8<-- [start:setup]
+def setup() -> torch.device:
+    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return device
+# --8<-- [end:setup]
+
+
+def batches_of(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Rank r has 5 + 3r batches: the data of any rank can be rebuilt anywhere from its seed."""
+    g = torch.Generator().manual_seed(rank)
+    return [(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)) for _ in range(5 + 3 * rank)]
+
+
+# --8<-- [start:join]
+def train_uneven(model: DDP, optimizer: torch.optim.Optimizer, batches, device: torch.device) -> int:
+    steps = 0
+    with Join([model]):  # a rank that runs out shadows the others' all-reduces with zeros
+        for inputs, targets in batches:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(inputs.to(device)), targets.to(device))
+            loss.backward()
+            optimizer.step()
+            steps += 1
+    return steps  # reached on every rank once the last one runs out
+# --8<-- [end:join]
+
+
+# --8<-- [start:expected]
+def what_join_computes(model: nn.Module, world: int, lr: float) -> nn.Module:
+    """One process replaying the run: at each step, the sum of the gradients of the ranks still
+    running, divided by the initial world size (Join's default, divide_by_initial_world_size=True)."""
+    data = [batches_of(r) for r in range(world)]
+    for step in range(max(map(len, data))):
+        model.zero_grad()
+        for rank_batches in data:
+            if step < len(rank_batches):
+                inputs, targets = rank_batches[step]
+                (nn.functional.mse_loss(model(inputs), targets) / world).backward()  # grads add up
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+    return model
+# --8<-- [end:expected]
+
+
+# --8<-- [start:main]
+def main() -> None:
+    device = setup()
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+        expected = what_join_computes(copy.deepcopy(net), world, lr=0.1)
+
+        model = DDP(net.to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        steps = train_uneven(model, optimizer, batches_of(rank), device)
+        assert steps == len(batches_of(rank))  # each rank ran all of its own batches
+
+        mine = torch.cat([p.detach().flatten() for p in model.module.parameters()])
+        replicas = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(replicas, mine)
+        assert all(torch.equal(replicas[0], r) for r in replicas)  # replicas still identical
+        want = torch.cat([p.detach().flatten() for p in expected.parameters()]).to(device)
+        torch.testing.assert_close(mine, want)
+        print(f"rank {rank}: {steps} steps, finished; replicas equal what Join promises")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+# --8<-- [end:main]

@@ -1,0 +1,112 @@
+"""Parameters unused in some steps: the error without find_unused_parameters, and static_graph."""
+# launch: torchrun --standalone --nproc-per-node=2 snippets/training/unused_params.py
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+# --8<-- [start:setup]
+def setup() -> torch.device:
+    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return device
+# --8<-- [end:setup]
+
+
+# --8<-- [start:model]
+class TwoPath(nn.Module):
+    """`extra` takes part only when the step asks for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk, self.extra, self.head = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor, use_extra: bool) -> torch.Tensor:
+        x = torch.relu(self.trunk(x))
+        if use_extra:
+            x = x + torch.relu(self.extra(x))
+        return self.head(x)
+# --8<-- [end:model]
+
+
+def wrap(device: torch.device, **ddp_kwargs) -> DDP:
+    ids = [device.index] if device.type == "cuda" else None
+    return DDP(TwoPath().to(device), device_ids=ids, **ddp_kwargs)  # rank 0's weights everywhere
+
+
+def step(model: DDP, device: torch.device, use_extra: bool) -> None:
+    x = torch.randn(16, 8, device=device)  # a different batch on each rank (seeds differ below)
+    model(x, use_extra).square().mean().backward()
+
+
+def differs_across_ranks(t: torch.Tensor) -> bool:
+    gathered = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, t)
+    return not all(torch.equal(gathered[0], g) for g in gathered)
+
+
+# --8<-- [start:error]
+def without_find_unused(device: torch.device) -> str:
+    model = wrap(device)
+    step(model, device, use_extra=True)
+    step(model, device, use_extra=False)  # `extra` gets no gradient: its bucket is never all-reduced
+    assert differs_across_ranks(model.module.trunk.weight.grad)  # no error yet, and no sync either
+    try:
+        step(model, device, use_extra=True)  # the next forward notices
+    except RuntimeError as error:
+        return str(error)
+    raise AssertionError("expected DDP to raise")
+# --8<-- [end:error]
+
+
+# --8<-- [start:fixes]
+def train(model: DDP, device: torch.device, schedule: list[bool]) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for use_extra in schedule:
+        optimizer.zero_grad()
+        step(model, device, use_extra)
+        optimizer.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert not differs_across_ranks(flat)  # replicas identical
+
+
+def with_fixes(device: torch.device) -> None:
+    varying = wrap(device, find_unused_parameters=True)  # walks the autograd graph after every forward
+    train(varying, device, [True, False, True, False])
+    fixed = wrap(device, static_graph=True)  # the same unused set every step: learned once, in step 1
+    train(fixed, device, [False] * 4)
+    assert fixed.module.extra.weight.grad is None  # never used, never reduced
+# --8<-- [end:fixes]
+
+
+# --8<-- [start:main]
+def main() -> None:
+    device = setup()
+    try:
+        torch.manual_seed(dist.get_rank())  # different data per rank, as with a real sampler
+        message = without_find_unused(device)
+        if dist.get_rank() == 0:
+            print(message)
+        assert message.startswith("Expected to have finished reduction in the prior iteration")
+        assert "find_unused_parameters=True" in message
+        with_fixes(device)
+        if dist.get_rank() == 0:
+            print("find_unused_parameters=True and static_graph=True: trained, replicas identical")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+# --8<-- [end:main]
