@@ -1,5 +1,6 @@
 """FSDP2: fully_shard trains exactly what DDP trains, with half the memory per rank."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/fsdp2.py
+# timeout: 240
 
 import torch
 import torch.distributed as dist

@@ -1,5 +1,6 @@
 """Pipeline parallelism: GPipe over 4 micro-batches gives one process's loss and update."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/pipeline.py
+# timeout: 240
 
 import copy
 

@@ -1,5 +1,6 @@
 """Tensor parallelism: a column- then row-parallel MLP equals the unsharded one."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/tensor_parallel.py
+# timeout: 240
 
 import copy
 
