@@ -1,4 +1,4 @@
-"""A TCPStore given host "127.0.0.1" still listens on every interface: anyone who can reach the port can use it."""
+"""A TCPStore given host "127.0.0.1" still listens on every interface; handing it a socket you bound keeps it there."""
 # launch: python snippets/security/store_listens.py
 
 import datetime
@@ -49,3 +49,22 @@ else:
     assert store.get("injected") == f"from {address}".encode()
     print(f"a client connecting to {address}:{store.port} wrote a key into it")
 # --8<-- [end:reach]
+
+
+# --8<-- [start:bind]
+def store_on(host: str) -> dist.TCPStore:
+    """A store that listens only on `host`: bind the socket yourself and hand it over (master_listen_fd)."""
+    sock = socket.create_server((host, 0))
+    port = sock.getsockname()[1]
+    return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, master_listen_fd=sock.detach())
+
+
+private = store_on("127.0.0.1")
+assert listening_addresses(private.port) == ["127.0.0.1"], listening_addresses(private.port)
+if address is not None and not ipaddress.ip_address(address).is_loopback:
+    try:
+        socket.create_connection((address, private.port), timeout=5).close()
+        raise AssertionError("the loopback-only store was reachable from the network address")
+    except ConnectionRefusedError:
+        print(f"store bound by hand: listens on 127.0.0.1 only, {address}:{private.port} refused")
+# --8<-- [end:bind]
