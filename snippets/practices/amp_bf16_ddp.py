@@ -38,10 +38,10 @@ def main() -> None:
         for step in range(60):
             optimizer.zero_grad(set_to_none=True)
             # --8<-- [start:step]
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16):  # (1)!
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16):  # forward + loss only
                 out = ddp_model(x)  # Linear layers run in bf16
                 loss = nn.functional.mse_loss(out, y)  # autocast runs mse_loss in fp32
-            loss.backward()  # (2)!
+            loss.backward()  # outside autocast; DDP all-reduces fp32 grads here
             optimizer.step()  # fp32 master weights, no GradScaler: bf16 has fp32's range
             # --8<-- [end:step]
             losses.append(loss.item())

@@ -1,4 +1,4 @@
-"""fp16 autocast with torch.amp.GradScaler on a GPU: scaled backward, unscale before clipping, skipped overflow steps."""
+"""fp16 autocast with torch.amp.GradScaler on a GPU: scaled backward, unscale before clipping, skipped overflows."""
 # launch: python snippets/practices/amp_fp16_cuda.py
 # requires: cuda
 
@@ -23,7 +23,7 @@ def main() -> None:
             out = model(x)
             loss = nn.functional.mse_loss(out, y)
         scaler.scale(loss).backward()  # gradients of loss * scale: small values survive fp16
-        scaler.unscale_(optimizer)  # (1)!
+        scaler.unscale_(optimizer)  # true gradients from here on: clip after this
         nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         scaler.step(optimizer)  # skips the step if any gradient is inf/NaN
         scaler.update()  # halves the scale after an overflow, grows it after 2000 clean steps

@@ -49,7 +49,7 @@ def main() -> None:
 
         with profile(
             activities=activities,
-            schedule=schedule(wait=1, warmup=1, active=2, repeat=1),  # (1)!
+            schedule=schedule(wait=1, warmup=1, active=2, repeat=1),  # skip 1, warm 1, record 2
             on_trace_ready=on_trace_ready,
             record_shapes=True,
         ) as prof:
