@@ -9,11 +9,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from train_torchrun import assert_replicas_equal, train  # the training code above, unchanged
+from train_torchrun import assert_replicas_equal, train  # the same training code
 
 
 def init_process(rank: int, world_size: int) -> torch.device:
-    """Join the process group; rank and world size come from mp.spawn, not from the environment."""
+    """Join the process group; rank and world size come from mp.spawn, not the environment."""
     if torch.cuda.is_available():
         device = torch.device("cuda", rank)  # one GPU per process
         torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
@@ -24,20 +24,21 @@ def init_process(rank: int, world_size: int) -> torch.device:
     return device
 
 
-def worker(rank: int, world_size: int) -> None:  # mp.spawn passes the process index as `rank`
+def worker(rank: int, world_size: int) -> None:  # mp.spawn passes the index as `rank`
     device = init_process(rank, world_size)
     try:
         model, losses = train(device)
         assert losses[-1] < 0.7 * losses[0], f"loss did not fall: {losses}"
         assert_replicas_equal(model)
         if rank == 0:
-            print(f"{world_size} processes on {device.type} ({dist.get_backend()}): replicas identical")
+            backend = dist.get_backend()
+            print(f"{world_size} processes on {device.type} ({backend}): replicas identical")
     finally:
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":  # required: spawned children re-import this file
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # where rank 0 listens; children inherit these
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # rank 0's address; children inherit it
     os.environ.setdefault("MASTER_PORT", "29500")
     world_size = torch.cuda.device_count() if torch.cuda.is_available() else 2
     mp.spawn(worker, args=(world_size,), nprocs=world_size, join=True)

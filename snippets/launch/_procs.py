@@ -14,11 +14,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_together(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: float) -> list[str]:
-    """Start every command at once and return their outputs; if one fails or time runs out, kill them all."""
+def run_together(commands: list[list[str]], envs: list[dict], timeout_s: float) -> list[str]:
+    """Start all commands at once, return their outputs; on a failure or timeout, kill them all."""
     logs = [tempfile.TemporaryFile("w+") for _ in commands]
     procs = [
-        subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         for cmd, env, log in zip(commands, envs, logs)
     ]
     deadline = time.monotonic() + timeout_s

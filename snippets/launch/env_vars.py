@@ -8,11 +8,10 @@ import re
 import torch
 import torch.distributed as dist
 
-PER_RANK = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK"]  # differ between processes
+PER_RANK = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE"]  # may differ
 PER_RUN = [  # the same in every process of the run
-    "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME",
-    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
+    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+    "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
 ]
 # --8<-- [end:vars]
 
@@ -25,7 +24,7 @@ def first_host(nodelist: str) -> str:
 
 
 def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
-    """SLURM_TASKS_PER_NODE is compressed: '2(x3),1' means 2, 2, 2 and 1 tasks on nodes 0-3."""
+    """SLURM_TASKS_PER_NODE is compressed: '2(x3),1' = 2, 2, 2, 1 tasks on nodes 0-3."""
     counts = []
     for part in tasks_per_node.split(","):
         count, repeat = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part).groups()
@@ -67,12 +66,15 @@ def setup() -> torch.device:
 def check(everyone: list[dict[str, str]]) -> None:
     """What must hold for any launch, then what torchrun adds."""
     world_size = len(everyone)
-    assert sorted(int(e["RANK"]) for e in everyone) == list(range(world_size)), "each global rank once"
-    nodes: dict[str, list[int]] = {}
+    ranks = sorted(int(e["RANK"]) for e in everyone)
+    assert ranks == list(range(world_size)), "each global rank exactly once"
+    nodes: dict[int, list[dict[str, str]]] = {}
     for e in everyone:
-        nodes.setdefault(e["node"], []).append(int(e["LOCAL_RANK"]))
-    for node, local_ranks in nodes.items():
-        assert sorted(local_ranks) == list(range(len(local_ranks))), f"local ranks 0..n-1 on node {node}"
+        nodes.setdefault(int(e["node"]), []).append(e)
+    for node, members in nodes.items():
+        local_ranks = sorted(int(e["LOCAL_RANK"]) for e in members)
+        assert local_ranks == list(range(len(members))), f"node {node}: local ranks 0..n-1"
+        assert all(int(e["LOCAL_WORLD_SIZE"]) == len(members) for e in members)
     for name in PER_RUN:
         assert len({e[name] for e in everyone}) == 1, f"{name} differs between ranks"
     assert int(everyone[0]["WORLD_SIZE"]) == world_size
@@ -80,8 +82,10 @@ def check(everyone: list[dict[str, str]]) -> None:
         assert all(e["ROLE_RANK"] == e["RANK"] for e in everyone)  # one role: "default"
         assert int(everyone[0]["GROUP_WORLD_SIZE"]) == len(nodes)
         assert everyone[0]["TORCHELASTIC_RESTART_COUNT"] == "0"  # first attempt
-        for e in everyone:  # ranks are numbered node by node
-            assert int(e["RANK"]) == int(e["GROUP_RANK"]) * int(e["LOCAL_WORLD_SIZE"]) + int(e["LOCAL_RANK"])
+        first = 0  # ranks are numbered node by node: node 0's, then node 1's, ...
+        for node in sorted(nodes):
+            assert all(int(e["RANK"]) == first + int(e["LOCAL_RANK"]) for e in nodes[node])
+            first += len(nodes[node])
 # --8<-- [end:check]
 
 
@@ -91,7 +95,7 @@ def main() -> None:
     device = setup()
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        assert (rank, world_size) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+        assert rank == int(os.environ["RANK"]) and world_size == int(os.environ["WORLD_SIZE"])
         mine = {name: os.environ.get(name, "-") for name in PER_RANK + PER_RUN}
         mine["node"] = os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID", "0"))
         mine["device"] = str(device)
@@ -101,9 +105,9 @@ def main() -> None:
             for name in PER_RUN:
                 print(f"{name:<27}{everyone[0][name]}")
             print()
-            print("".join(f"{name:<12}" for name in PER_RANK + ["device"]).rstrip())
-            for e in everyone:
-                print("".join(f"{e[name]:<12}" for name in PER_RANK + ["device"]).rstrip())
+            columns = PER_RANK + ["device"]
+            for row in [dict(zip(columns, columns))] + everyone:  # header, then one row per rank
+                print("".join(f"{row[c]:<{len(c) + 2}}" for c in columns).rstrip())
         check(everyone)
         print(f"rank {rank} of {world_size} on node {mine['node']}: ok", flush=True)
     finally:

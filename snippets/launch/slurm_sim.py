@@ -18,27 +18,33 @@ assert [tasks_on_node("2(x3),1", n) for n in range(4)] == [2, 2, 2, 1]
 # --8<-- [start:srun]
 nodes, tasks_per_node = 2, 2
 common = {  # what srun sets the same in every task
-    "SLURM_JOB_NODELIST": "localhost",  # real jobs: e.g. gpu[07-08]; the first host becomes MASTER_ADDR
+    "SLURM_JOB_NODELIST": "localhost",  # e.g. gpu[07-08]; the first host becomes MASTER_ADDR
     "SLURM_NNODES": str(nodes),
     "SLURM_NTASKS": str(nodes * tasks_per_node),
     "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})",
     "MASTER_PORT": os.environ.get("MASTER_PORT") or str(free_port()),
     "OMP_NUM_THREADS": "1",
 }
-base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "RANK", "WORLD_SIZE")}
+base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "RANK")}
 envs = [
-    dict(base, **common, SLURM_PROCID=str(node * tasks_per_node + local), SLURM_NODEID=str(node),
-         SLURM_LOCALID=str(local))
+    dict(
+        base,
+        **common,
+        SLURM_PROCID=str(node * tasks_per_node + local),
+        SLURM_NODEID=str(node),
+        SLURM_LOCALID=str(local),
+    )
     for node in range(nodes)
     for local in range(tasks_per_node)
 ]
-command = [sys.executable, "snippets/launch/env_vars.py"]  # what `srun python ...` starts in every task
+command = [sys.executable, "snippets/launch/env_vars.py"]  # what srun starts in every task
 outputs = run_together([command] * len(envs), envs, timeout_s=150)
 # --8<-- [end:srun]
 
 # --8<-- [start:check]
 for env, out in zip(envs, outputs):
-    rank, world, node = map(int, re.search(r"^rank (\d+) of (\d+) on node (\d+): ok$", out, re.M).groups())
+    found = re.search(r"^rank (\d+) of (\d+) on node (\d+): ok$", out, re.M)
+    rank, world, node = map(int, found.groups())
     assert (rank, world, node) == (int(env["SLURM_PROCID"]), 4, int(env["SLURM_NODEID"])), out
 print(outputs[0])
 print("4 tasks from Slurm's variables alone: ranks 0-3, 2 per node")
