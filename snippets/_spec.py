@@ -7,7 +7,7 @@ Declarations are comment lines near the top of a snippet:
     # timeout: 180
 
 Shared by the snippet runner (snippets/conftest.py), the site hook that labels every included example
-(hooks/snippet_notes.py) and the site tests.
+(theme/hooks/snippet_notes.py) and the site tests.
 """
 
 from __future__ import annotations

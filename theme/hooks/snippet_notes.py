@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _loader = importlib.util.spec_from_file_location("snippet_spec", ROOT / "snippets" / "_spec.py")
 spec_module = sys.modules["snippet_spec"] = importlib.util.module_from_spec(_loader)
 _loader.loader.exec_module(spec_module)

@@ -1,0 +1,240 @@
+"""The site as readers meet it: Debian's Chromium, driven by Playwright, against the built site on 127.0.0.1."""
+
+import functools
+import http.server
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from markdown_source import LANGS, ROOT, page_files
+from test_site import built_page, included_lines
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+ARTIFACTS = ROOT / "artifacts"
+# Transferred bytes for one page loaded into an empty cache, search index excluded (loaded on first search).
+# Material's JS and CSS bundles are ~0.35 MB; a long page with highlighted code is ~0.3 MB of HTML; notebook
+# pages carry nbconvert's ~0.4 MB of inline CSS and a PNG plot.
+PAGE_BUDGET_BYTES = 1_500_000
+
+
+@pytest.fixture(scope="module")
+def base_url(built_site):
+    handler = functools.partial(QuietHandler, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser tests, but {CHROMIUM} is missing (apt-get install chromium)")
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set CHROMIUM=...)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class Visit:
+    """A page open in a fresh context that records console errors, outside requests and bytes received."""
+
+    def __init__(self, browser, base_url, **context_args):
+        self.base_host = urlsplit(base_url).netloc
+        self.context = browser.new_context(service_workers="block", **context_args)
+        self.errors, self.outside, self.bytes = [], [], {}
+        self.context.route(re.compile(r"^(?!http://127\.0\.0\.1[:/]).*"), self._refuse)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("requestfinished", self._count)
+
+    def _refuse(self, route):
+        if not route.request.url.startswith(("data:", "blob:", "about:")):
+            self.outside.append(route.request.url)
+        route.abort()
+
+    def _count(self, request):
+        response = request.response()
+        if response is not None:
+            try:
+                self.bytes[request.url] = len(response.body())
+            except Exception:  # redirects and aborted requests have no body
+                pass
+
+    def open(self, url):
+        self.page.goto(url, wait_until="networkidle")
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def visit(browser, base_url):
+    opened = []
+
+    def open_visit(**context_args):
+        opened.append(Visit(browser, base_url, **context_args))
+        return opened[-1]
+
+    yield open_visit
+    for v in opened:
+        v.close()
+
+
+def url_of(base_url, lang, name):
+    path = built_page(Path("/"), lang, name).as_posix().removesuffix("index.html")
+    return base_url + path
+
+
+ALL_PAGES = [(lang, name) for lang in LANGS for name in sorted(page_files(lang))]
+
+
+@pytest.mark.parametrize("lang,name", ALL_PAGES)
+def test_page_loads_offline_without_errors(visit, base_url, lang, name):
+    v = visit()
+    page = v.open(url_of(base_url, lang, name))
+    assert page.locator("html").get_attribute("lang") == lang
+    assert not v.outside, f"requests leaving 127.0.0.1: {v.outside}"
+    assert not v.errors, f"console errors: {v.errors}"
+    broken_images = page.evaluate(
+        "[...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+    )
+    assert not broken_images, f"images that did not load: {broken_images}"
+    if name.endswith(".ipynb"):
+        assert page.locator(".jp-OutputArea-output").count() > 0, "notebook outputs are not shown"
+    total = sum(v.bytes.values())
+    record_weight(lang, name, total, len(v.bytes))
+    assert total < PAGE_BUDGET_BYTES, f"{total:,} bytes transferred, budget {PAGE_BUDGET_BYTES:,}"
+
+
+def record_weight(lang, name, total, requests):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with open(ARTIFACTS / "page-weight.jsonl", "a", encoding="utf-8") as out:
+        out.write(json.dumps({"lang": lang, "page": name, "bytes": total, "requests": requests}) + "\n")
+
+
+def test_language_switcher_keeps_page_and_section(visit, base_url):
+    page = visit().open(f"{base_url}/ddp/")
+    anchor = page.locator("h2[id]").nth(1).get_attribute("id")
+    page.goto(f"{base_url}/ddp/#{anchor}", wait_until="networkidle")
+    page.locator(".md-header__option .md-select").hover()
+    page.locator('a[hreflang="en"]').click()
+    page.wait_for_url(re.compile(r"/en/ddp/"))
+    assert page.url.endswith(f"/en/ddp/#{anchor}")
+    assert page.locator(f"h2#{anchor}").count() == 1
+    page.locator(".md-header__option .md-select").hover()
+    page.locator('a[hreflang="ko"]').click()
+    page.wait_for_url(re.compile(r"/ddp/#"))
+    assert urlsplit(page.url).path == "/ddp/"
+
+
+SEARCHES = [
+    ("ko", "분산", "ddp/"),
+    ("ko", "혼합 정밀도", "practices/mixed-precision/"),
+    ("ko", "체크포인트", "fault-tolerance/"),
+    ("ko", "기울기 누적", "training-loop/"),
+    ("en", "mixed precision", "practices/mixed-precision/"),
+    ("en", "checkpoint", "fault-tolerance/"),
+    ("en", "gradient accumulation", "training-loop/"),
+]
+
+
+@pytest.mark.parametrize("lang,query,expected", SEARCHES)
+def test_search_finds_the_right_page(visit, base_url, lang, query, expected):
+    prefix = "/" if lang == "ko" else "/en/"
+    page = visit().open(f"{base_url}{prefix}")
+    page.locator("label.md-search__icon, .md-search__input").first.click()
+    page.locator("input.md-search__input").fill(query)
+    results = page.locator(".md-search-result__item a")
+    results.first.wait_for(timeout=15_000)
+    hrefs = [urlsplit(h).path for h in results.evaluate_all("links => links.map(a => a.href)")]
+    top = hrefs[:5]
+    assert any(h == prefix + expected for h in top), f"'{query}' gave {top}"
+
+
+def copied_text(page, block_index):
+    page.locator("pre > button.md-clipboard").nth(block_index).click()
+    return page.evaluate("navigator.clipboard.readText()")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_copy_button_copies_exactly_the_runnable_code(visit, base_url, lang):
+    v = visit(permissions=["clipboard-read", "clipboard-write"])
+    page = v.open(url_of(base_url, lang, "ddp.md"))
+    source = (ROOT / "docs" / lang / "ddp.md").read_text(encoding="utf-8")
+    target = re.search(r'--8<--\s+"([^"]+)"', source).group(1)
+    copied = copied_text(page, 0)
+    expected = [re.sub(r"\s*# \(\d+\)!?$", "", line) for line in included_lines(target)]
+    got = [line.strip() for line in copied.splitlines() if line.strip()]
+    assert got == [line for line in expected if line], "the copy button must give the snippet's code, nothing else"
+    assert not re.search(r"# \(\d+\)", copied), "annotation markers leaked into the copied code"
+
+
+def test_phone_can_open_navigation_and_read_code(visit, base_url):
+    v = visit(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = v.open(f"{base_url}/ddp/")
+    drawer = page.locator("nav.md-nav--primary")
+    assert not drawer.is_visible() or drawer.bounding_box()["x"] < 0
+    page.locator('label[for="__drawer"]').first.click()
+    page.wait_for_timeout(400)
+    box = drawer.bounding_box()
+    assert box and box["x"] >= 0 and box["width"] > 200, "the navigation drawer did not open"
+    page.reload(wait_until="networkidle")  # drawer closed again
+    code = page.locator("pre code").first
+    code.scroll_into_view_if_needed()
+    width = page.evaluate("document.documentElement.clientWidth")
+    block = page.locator("pre").first.bounding_box()
+    assert block["x"] >= 0 and block["x"] + block["width"] <= width + 1, "code overflows the screen"
+    overflow = page.evaluate("getComputedStyle(document.querySelector('pre code')).overflowX")
+    assert overflow in ("auto", "scroll"), "long code lines must scroll inside the block"
+
+
+SCREENSHOT_PAGES = ["index.md", "ddp.md", "performance.ipynb"]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("lang", LANGS)
+def test_screenshots(visit, base_url, lang, scheme):
+    """Saved to artifacts/screenshots/ for a person to look at; the test checks the scheme was applied."""
+    out = ARTIFACTS / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    v = visit(color_scheme=scheme, viewport={"width": 1280, "height": 900})
+    for name in SCREENSHOT_PAGES:
+        page = v.open(url_of(base_url, lang, name))
+        applied = page.locator("body").get_attribute("data-md-color-scheme")
+        assert applied == ("slate" if scheme == "dark" else "default")
+        page.screenshot(path=str(out / f"{lang}-{name.split('.')[0]}-{scheme}.png"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fresh_weight_log():
+    log = ARTIFACTS / "page-weight.jsonl"
+    if log.exists():
+        log.unlink()
+    yield
+    if log.exists():
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+        widest = max(rows, key=lambda r: r["bytes"])
+        print(f"\npage weight: {len(rows)} pages, heaviest {widest['lang']}/{widest['page']} {widest['bytes']:,} bytes")
