@@ -27,13 +27,24 @@ ARTIFACTS = ROOT / "artifacts"
 PAGE_BUDGET_BYTES = 1_500_000
 
 
+def site_path() -> str:
+    """The path the site is published under (site_url in mkdocs.yml), e.g. '/guide'."""
+    site_url = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M).group(1)
+    return urlsplit(site_url).path.rstrip("/")
+
+
 @pytest.fixture(scope="module")
-def base_url(built_site):
-    handler = functools.partial(QuietHandler, directory=str(built_site))
+def base_url(built_site, tmp_path_factory):
+    """The built site served on 127.0.0.1 under the same path as when published."""
+    root = tmp_path_factory.mktemp("web")
+    mount = root / site_path().lstrip("/") if site_path() else root / "site"
+    mount.parent.mkdir(parents=True, exist_ok=True)
+    mount.symlink_to(built_site, target_is_directory=True)
+    handler = functools.partial(QuietHandler, directory=str(root if site_path() else mount))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield f"http://127.0.0.1:{server.server_address[1]}{site_path()}"
     server.shutdown()
 
 
@@ -147,7 +158,7 @@ def test_language_switcher_keeps_page_and_section(visit, base_url):
     page.locator(".md-header__option .md-select").hover()
     page.locator('a[hreflang="ko"]').click()
     page.wait_for_url(re.compile(r"/ddp/#"))
-    assert urlsplit(page.url).path == "/ddp/"
+    assert urlsplit(page.url).path == f"{site_path()}/ddp/"
 
 
 SEARCHES = [
@@ -171,7 +182,7 @@ def test_search_finds_the_right_page(visit, base_url, lang, query, expected):
     results.first.wait_for(timeout=15_000)
     hrefs = [urlsplit(h).path for h in results.evaluate_all("links => links.map(a => a.href)")]
     top = hrefs[:5]
-    assert any(h == prefix + expected for h in top), f"'{query}' gave {top}"
+    assert any(h == site_path() + prefix + expected for h in top), f"'{query}' gave {top}"
 
 
 def copied_text(page, block_index):
