@@ -192,7 +192,8 @@ def worker(rank: int, world: int, cfg: dict, tmp: str) -> None:
             reset_peak(device)
             model = DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids)
             ms = train(model, cfg, width, device, rank, world)
-            buckets = model._get_ddp_logging_data().get("bucket_sizes", "")  # private API; bytes per bucket
+            info = model._get_ddp_logging_data()  # private API: bytes per bucket, in all-reduce order
+            buckets = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes", "")
             single = torch.load(tmp / f"single-{width}.pt", weights_only=True)
             out["runs"].append(dict(
                 mode="DDP", width=width, ms=ms, compute_ms=compute, mem=peak_mem_mib(device),
