@@ -1,7 +1,8 @@
-"""Turn ddp_benchmark.py's result files into the tables and plots of the performance page (ko/en)."""
-# launch: python snippets/benchmark/report.py
-#
-# The page's notebooks call these functions; run as a program, it checks every committed result file.
+"""Turn ddp_benchmark.py's result files into the tables and plots of the performance page (ko/en).
+
+A helper, not a snippet: the page's notebooks (docs/{ko,en}/performance.ipynb) call it, and the site build executes
+them (a failing cell fails the build). `python snippets/benchmark/_report.py` checks every committed result file.
+"""
 
 import io
 import json
@@ -290,12 +291,13 @@ def plot(name: str, lang: str) -> Svg:
     return Svg(svg[svg.index("<svg"):])  # drop the XML prolog: the SVG goes inline into the page
 
 
-def source(section: str, program: str = "ddp_benchmark.py") -> Markdown:
-    """A named section (# --8<-- [start:x] ... [end:x]) of a benchmark program, as a code block."""
-    text = (HERE / program).read_text()
+def source(target: str) -> Markdown:
+    """A named section of a snippet, addressed like a page include: "snippets/x/y.py:section"."""
+    path, _, section = target.partition(":")
+    text = (HERE.parents[1] / path).read_text()
     match = re.search(rf"# --8<-- \[start:{section}\]\n(.*?)# --8<-- \[end:{section}\]", text, re.S)
-    assert match, f"no section {section!r} in {program}"
-    return Markdown(f"```python\n{match.group(1)}```\n\n`snippets/benchmark/{program}`")
+    assert match, f"no section {section!r} in {path}"
+    return Markdown(f"```python\n{match.group(1)}```\n\n`{path}`")
 
 
 if __name__ == "__main__":
@@ -313,7 +315,7 @@ if __name__ == "__main__":
             svg = plot(path.name, lang)
             assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
             assert TEXT[lang]["plot_scaling"] in svg, "labels stay text (the browser renders Hangul)"
-            assert "def predict" in source("model")
+            assert "def predict" in source("snippets/benchmark/ddp_benchmark.py:model")
         f = facts(path.name)
         assert caveats(path.name, "ko").count("\n") == caveats(path.name, "en").count("\n")
         assert f["measured_ms"] > 0 and f["predicted_ms"] >= f["compute_ms"] > 0
