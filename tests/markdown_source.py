@@ -87,3 +87,22 @@ def pages(lang: str) -> dict[str, Path]:
 def page_files(lang: str) -> set[str]:
     base = DOCS / lang
     return {p.relative_to(base).as_posix() for p in base.rglob("*") if p.suffix in (".md", ".ipynb")}
+
+
+NOTEBOOK_SOURCE = re.compile(r"""\bsource\(\s*["']([^"']+)["']""")
+
+
+def notebook_cells(path: Path) -> list[tuple[str, str]]:
+    import json
+
+    return [(c["cell_type"], "".join(c["source"])) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+
+
+def notebook_includes(path: Path) -> list[str]:
+    """Snippet sections a notebook shows through its report helper's ``source("path:section")``."""
+    return [t for kind, text in notebook_cells(path) if kind == "code" for t in NOTEBOOK_SOURCE.findall(text)]
+
+
+def notebooks(lang: str) -> dict[str, Path]:
+    base = DOCS / lang
+    return {p.relative_to(base).as_posix(): p for p in sorted(base.rglob("*.ipynb"))}

@@ -3,7 +3,19 @@
 import re
 
 import pytest
-from markdown_source import LANGS, ROOT, fences, headings, includes, load_spec_module, page_files, pages
+from markdown_source import (
+    LANGS,
+    ROOT,
+    fences,
+    headings,
+    includes,
+    load_spec_module,
+    notebook_cells,
+    notebook_includes,
+    notebooks,
+    page_files,
+    pages,
+)
 
 SPEC = load_spec_module()
 PAGES = sorted(pages("ko"))
@@ -47,9 +59,11 @@ def test_python_reaches_pages_only_by_inclusion(lang, name):
     assert not inline, f"Python blocks that are not snippet includes: {inline}"
 
 
-@pytest.mark.parametrize("lang,name", LANG_PAGES)
+@pytest.mark.parametrize("lang,name", LANG_PAGES + [(l, n) for l in LANGS for n in sorted(notebooks(l))])
 def test_includes_name_existing_files_and_sections(lang, name):
-    for target in includes(read(lang, name)):
+    path = ROOT / "docs" / lang / name
+    targets = notebook_includes(path) if name.endswith(".ipynb") else includes(read(lang, name))
+    for target in targets:
         path, _, section = target.partition(":")
         file = ROOT / path
         assert file.is_file(), f"{target}: no such file"
@@ -61,7 +75,9 @@ def test_includes_name_existing_files_and_sections(lang, name):
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_snippet_is_shown(lang):
-    shown = {t.partition(":")[0] for name in pages(lang) for t in includes(read(lang, name))}
+    targets = [t for name in pages(lang) for t in includes(read(lang, name))]
+    targets += [t for nb in notebooks(lang).values() for t in notebook_includes(nb)]
+    shown = {t.partition(":")[0] for t in targets}
     snippets = {p.relative_to(ROOT).as_posix() for p in SPEC.all_snippets(ROOT)}
     assert not snippets - shown, f"snippets no {lang} page includes"
 
@@ -82,3 +98,17 @@ def test_shell_commands_match_declared_launch(lang, name):
             assert command.startswith(spec.command) and (not extra or extra.startswith(" ")), (
                 f"page runs '{command}', the snippet declares '{spec.command}'"
             )
+
+
+@pytest.mark.parametrize("name", sorted(notebooks("ko")))
+def test_notebooks_mirror_each_other(name):
+    """Same cells in the same order: code identical but for the language argument, headings at the same levels."""
+    cells = {lang: notebook_cells(ROOT / "docs" / lang / name) for lang in LANGS}
+    assert [kind for kind, _ in cells["ko"]] == [kind for kind, _ in cells["en"]]
+    for (kind, ko), (_, en) in zip(cells["ko"], cells["en"]):
+        if kind == "code":
+            assert ko.replace('lang="ko"', 'lang="en"') == en
+        else:
+            levels = [[len(line) - len(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")]
+                      for text in (ko, en)]
+            assert levels[0] == levels[1]

@@ -107,3 +107,14 @@ def test_internal_links_and_anchors_resolve(built_site, lang):
                 if unquote(parts.fragment) not in anchors.ids:
                     broken.append(f"{page.relative_to(built_site)} -> {ref} (no such anchor)")
     assert not broken, "\n".join(broken[:30])
+
+
+@pytest.mark.parametrize("name", sorted(page_files("ko")))
+def test_built_pages_share_section_ids(built_site, name):
+    """A link to a section works in both languages: the same ids, in the same order, none empty."""
+    ids = {
+        lang: re.findall(r'<h[2-4][^>]*\sid="([^"]*)"', built_page(built_site, lang, name).read_text(encoding="utf-8"))
+        for lang in LANGS
+    }
+    assert ids["ko"] == ids["en"]
+    assert all(ids["ko"]), f"empty heading ids: {ids['ko']}"

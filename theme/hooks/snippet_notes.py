@@ -53,26 +53,53 @@ def _note(spec, lang: str, source_url: str) -> str:
     return f"`{spec.command}` · {text['tested']}: {how} · [{text['source']}]({source_url})"
 
 
+ANNOTATION_ITEM = re.compile(r"(?P<indent>[ \t]*)\d+\.\s")
+
+
+def _annotation_list_end(markdown: str, pos: int, indent: str) -> int:
+    """Where a code block's annotation list (a numbered list right after it) ends; pos if there is none.
+
+    Material binds a list to the code block only when the list follows it directly, so the note goes after.
+    """
+    lines = markdown[pos:].split("\n")
+    i = 1 if lines and lines[0] == "" else 0  # rest of the closing fence's line
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    item = ANNOTATION_ITEM.match(lines[i]) if i < len(lines) else None
+    if not item or item["indent"] != indent:
+        return pos
+    end = i
+    for j in range(i, len(lines)):
+        line = lines[j]
+        if not line.strip():
+            continue
+        inside = (ANNOTATION_ITEM.match(line) and ANNOTATION_ITEM.match(line)["indent"] == indent) or (
+            line.startswith(indent + "    ")
+        )
+        if not inside:
+            break
+        end = j
+    return pos + len("\n".join(lines[: end + 1]))
+
+
 def on_page_markdown(markdown, page, config, files):
     lang = getattr(page.file, "locale", None) or config["theme"]["language"]
     blob = config.get("repo_url", "").rstrip("/") + "/blob/main/"
-
-    def label(match: re.Match) -> str:
+    out, last = [], 0
+    for match in INCLUDED_BLOCK.finditer(markdown):
         paths = {p.split(":")[0] for p in INCLUDE_PATH.findall(match["body"])}
-        if len(paths) != 1:
-            return match[0]
-        (path,) = paths
-        file = ROOT / path
-        if file.suffix != ".py" or not file.is_file():
-            return match[0]  # check_paths reports a missing file
+        file = ROOT / next(iter(paths)) if len(paths) == 1 else None
+        if file is None or file.suffix != ".py" or not file.is_file():
+            continue  # several files, or a missing one (check_paths reports it)
+        path = file.relative_to(ROOT).as_posix()
         spec = spec_module.parse_spec(file, ROOT)
         indent, attrs = match["indent"], match["attrs"]
         if "title=" not in attrs:
             attrs = f'{attrs} title="{path}"'
-        note = _note(spec, lang, blob + path)
-        return (
-            f"{indent}{match['fence']}{match['lang']}{attrs}\n{match['body']}{indent}{match['fence']}\n"
-            f"{indent}\n{indent}{note}\n{indent}{{: .snippet-note }}"
-        )
-
-    return INCLUDED_BLOCK.sub(label, markdown)
+        block = f"{indent}{match['fence']}{match['lang']}{attrs}\n{match['body']}{indent}{match['fence']}"
+        end = _annotation_list_end(markdown, match.end(), indent)
+        note = f"\n\n{indent}{_note(spec, lang, blob + path)}\n{indent}{{: .snippet-note }}"
+        out += [markdown[last : match.start()], block, markdown[match.end() : end], note]
+        last = end
+    out.append(markdown[last:])
+    return "".join(out)
