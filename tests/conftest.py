@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 import time
@@ -6,15 +7,26 @@ import pytest
 from markdown_source import ROOT
 
 
+def source_date_epoch() -> str:
+    """The last commit's time: dates in the output (sitemap) depend on it, not on the clock."""
+    git = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=ROOT, capture_output=True, text=True)
+    return git.stdout.strip() or "1767225600"
+
+
+def build_site(site, cwd=ROOT):
+    env = {**os.environ, "SOURCE_DATE_EPOCH": source_date_epoch()}
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+    )
+
+
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
     """The whole site, both languages, built once with --strict into a scratch folder."""
     site = tmp_path_factory.mktemp("site")
     started = time.monotonic()
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )
+    build = build_site(site)
     seconds = time.monotonic() - started
     assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr[-6000:]}"
     print(f"\nsite built in {seconds:.1f} s")

@@ -260,3 +260,21 @@ def fresh_weight_log():
         print(f"\npage weight (gzip / raw bytes, requests), {len(rows)} pages:")
         for r in sorted(rows, key=lambda r: -r["gzip_bytes"]):
             print(f"  {r['lang']}/{r['page']:<32} {r['gzip_bytes']:>9,} / {r['raw_bytes']:>9,}  {r['requests']}")
+
+
+ANNOTATED = [
+    (lang, name)
+    for lang in LANGS
+    for name in sorted(page_files(lang))
+    if name.endswith(".md")
+    and any(re.search(r"#\s*\(\d+\)!", (ROOT / t.split(":")[0]).read_text(encoding="utf-8"))
+            for t in re.findall(r'--8<--\s+"([^"]+)"', (ROOT / "docs" / lang / name).read_text(encoding="utf-8")))
+]
+
+
+@pytest.mark.parametrize("lang,name", ANNOTATED)
+def test_code_annotations_render(visit, base_url, lang, name):
+    """Annotation markers in snippets become Material's annotation buttons, not literal '# (1)!' text."""
+    page = visit().open(url_of(base_url, lang, name))
+    assert page.locator(".md-annotation").count() > 0, "annotations were not attached to their code block"
+    assert not re.search(r"# \(\d+\)!", page.locator("article").inner_text())

@@ -255,7 +255,7 @@ def plot(name: str, lang: str) -> Svg:
     runs = res["runs"]
     worlds = sorted({r["world_size"] for r in runs if r["mode"] == "DDP"})
     wmax = worlds[-1]
-    plt.rcParams.update({"svg.fonttype": "none", "font.family": "sans-serif", "font.size": 10})
+    plt.rcParams.update({"svg.fonttype": "none", "font.family": "sans-serif", "font.size": 10, "svg.hashsalt": "plot"})
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), facecolor="white")
     for width in sorted({r["width"] for r in runs}):
         ddp = sorted((r for r in runs if r["mode"] == "DDP" and r["width"] == width), key=lambda r: r["world_size"])
@@ -285,7 +285,7 @@ def plot(name: str, lang: str) -> Svg:
     with warnings.catch_warnings():  # no Hangul in matplotlib's fonts: labels stay text, the browser draws them
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         fig.tight_layout()
-        fig.savefig(buf, format="svg")
+        fig.savefig(buf, format="svg", metadata={"Date": None})  # reproducible output
     plt.close(fig)
     svg = buf.getvalue()
     return Svg(svg[svg.index("<svg"):])  # drop the XML prolog: the SVG goes inline into the page
