@@ -106,3 +106,11 @@ def notebook_includes(path: Path) -> list[str]:
 def notebooks(lang: str) -> dict[str, Path]:
     base = DOCS / lang
     return {p.relative_to(base).as_posix(): p for p in sorted(base.rglob("*.ipynb"))}
+
+
+def site_path() -> str:
+    """The path the site is published under (site_url in mkdocs.yml), e.g. '/guide'."""
+    from urllib.parse import urlsplit
+
+    site_url = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M).group(1)
+    return urlsplit(site_url).path.rstrip("/")

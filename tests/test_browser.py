@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from markdown_source import LANGS, ROOT, page_files
+from markdown_source import LANGS, ROOT, page_files, site_path
 from test_site import built_page, included_lines
 
 pytestmark = pytest.mark.browser
@@ -28,12 +28,6 @@ ARTIFACTS = ROOT / "artifacts"
 # and an SVG plot). 500 KB leaves room for growth, and catches a stray image or a font fetched by mistake.
 PAGE_BUDGET_BYTES = 500_000
 COMPRESSED_TYPES = ("text/", "javascript", "json", "svg", "xml")
-
-
-def site_path() -> str:
-    """The path the site is published under (site_url in mkdocs.yml), e.g. '/guide'."""
-    site_url = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M).group(1)
-    return urlsplit(site_url).path.rstrip("/")
 
 
 @pytest.fixture(scope="module")
@@ -153,19 +147,19 @@ def record_weight(**row):
         out.write(json.dumps(row) + "\n")
 
 
-def test_language_switcher_keeps_page_and_section(visit, base_url):
-    page = visit().open(f"{base_url}/ddp/")
-    anchor = page.locator("h2[id]").nth(1).get_attribute("id")
-    page.goto(f"{base_url}/ddp/#{anchor}", wait_until="networkidle")
+@pytest.mark.parametrize("name", ["ddp.md", "performance.ipynb"])
+def test_language_switcher_keeps_page_and_section(visit, base_url, name):
+    ko, en = url_of(base_url, "ko", name), url_of(base_url, "en", name)
+    page = visit().open(ko)
+    anchor = page.locator("article h2[id]").nth(1).get_attribute("id")
+    page.goto(f"{ko}#{anchor}", wait_until="networkidle")
     page.locator(".md-header__option .md-select").hover()
     page.locator('a[hreflang="en"]').click()
-    page.wait_for_url(re.compile(r"/en/ddp/"))
-    assert page.url.endswith(f"/en/ddp/#{anchor}")
+    page.wait_for_url(f"{en}#{anchor}")
     assert page.locator(f"h2#{anchor}").count() == 1
     page.locator(".md-header__option .md-select").hover()
     page.locator('a[hreflang="ko"]').click()
-    page.wait_for_url(re.compile(r"/ddp/#"))
-    assert urlsplit(page.url).path == f"{site_path()}/ddp/"
+    page.wait_for_url(f"{ko}#{anchor}")
 
 
 SEARCHES = [

@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from markdown_source import LANGS, ROOT, includes, page_files, pages
+from markdown_source import LANGS, ROOT, includes, page_files, pages, site_path
 
 SECTION_MARK = re.compile(r"^\s*#\s*--8<--\s*\[(start|end):[\w\-]+\]\s*$")
 
@@ -96,7 +96,13 @@ def test_internal_links_and_anchors_resolve(built_site, lang):
             parts = urlsplit(ref)
             if parts.scheme or parts.netloc or ref.startswith(("mailto:", "javascript:", "data:")):
                 continue
-            target = page if not parts.path else (page.parent / unquote(parts.path)).resolve()
+            if parts.path.startswith("/"):  # absolute: valid only under the published path
+                if not parts.path.startswith(site_path() + "/"):
+                    broken.append(f"{page.relative_to(built_site)} -> {ref} (outside {site_path()}/)")
+                    continue
+                target = built_site / unquote(parts.path.removeprefix(site_path() + "/"))
+            else:
+                target = page if not parts.path else (page.parent / unquote(parts.path)).resolve()
             if parts.path.endswith("/") or target.is_dir():
                 target = target / "index.html"
             if not target.is_file():

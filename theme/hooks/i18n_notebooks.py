@@ -36,3 +36,22 @@ def on_files(files: Files, config) -> Files:
         files.remove(file)
         files.append(notebook)
     return files  # static-i18n's Files subclass, which resolves links per language
+
+
+@event_priority(-50)  # after static-i18n (50) set the page's alternates
+def on_page_context(context, page, config, nav):
+    """Point the language switcher of a notebook page at the same notebook in each language.
+
+    static-i18n (priority 50, before this) finds no alternates for the wrapped notebooks and links the
+    language roots instead.
+    """
+    if not isinstance(page.file, NotebookFile):
+        return context
+    default = next(lang["locale"] for lang in config.plugins["i18n"].config.languages if lang["default"])
+    page_url = _page_dest(page.file.norm_src_uri, config.use_directory_urls).removesuffix("index.html")
+    # static-i18n assigns the attribute (config.extra.alternate = ...), which templates read before the item
+    for alternate in getattr(config.extra, "alternate", None) or config.extra.get("alternate", []):
+        prefix = "" if alternate["lang"] == default else f"{alternate['lang']}/"
+        alternate["link"] = prefix + page_url
+    return context
+
