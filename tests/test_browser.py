@@ -68,7 +68,6 @@ class Visit:
     """A page open in a fresh context that records console errors, outside requests and bytes received."""
 
     def __init__(self, browser, base_url, **context_args):
-        self.base_host = urlsplit(base_url).netloc
         self.context = browser.new_context(service_workers="block", **context_args)
         self.errors, self.outside, self.bytes, self.raw_bytes = [], [], {}, {}
         self.context.route(re.compile(r"^(?!http://127\.0\.0\.1[:/]).*"), self._refuse)

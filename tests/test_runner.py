@@ -118,7 +118,7 @@ def test_declared_needs_become_markers(planted):
     assert "two_ranks.py::two_ranks" in multi_rank.stdout
 
 
-def test_a_bad_declaration_is_an_error_not_a_pass(planted, tmp_path):
+def test_a_bad_declaration_is_an_error_not_a_pass(planted):
     bad = planted / "snippets" / "planted_bad"
     bad.mkdir(exist_ok=True)
     (bad / "bad_launch.py").write_text("# launch: python elsewhere.py\nassert True\n")
