@@ -8,7 +8,6 @@ import os
 import re
 import threading
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 from markdown_source import LANGS, ROOT, page_files, site_path
