@@ -1,6 +1,6 @@
 """Collect every snippet in snippets/ as a test and run it the way a reader would.
 
-A snippet declares how it is launched and what it needs in comment lines near its top (see _spec.py).
+A snippet declares how it is launched and what it needs in comment lines near its top (guidekit/spec.py).
 Each snippet runs in its own process group with a free MASTER_PORT and one
 thread per rank; a run past its timeout is stopped with every process it started, and fails. Missing GPUs skip with a
 reason; they never pass silently.
@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from _spec import Spec, is_snippet, parse_spec  # snippets/ is on sys.path for its conftest
+
+from guidekit.spec import Spec, is_snippet, parse_spec
 
 OUTPUT_TAIL_LINES = 150
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
@@ -96,7 +97,9 @@ class SnippetItem(pytest.Item):
             output, _ = proc.communicate(timeout=self.spec.timeout_s)
         except subprocess.TimeoutExpired:
             output = stop_tree(proc)
-            raise SnippetFailed(f"timed out after {self.spec.timeout_s:g} s (all its processes killed)", output)
+            raise SnippetFailed(
+                f"timed out after {self.spec.timeout_s:g} s (all its processes killed)", output
+            ) from None
         finally:
             kill_group(proc.pid)
         self.add_report_section("call", "output", output)

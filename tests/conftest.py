@@ -4,7 +4,8 @@ import sys
 import time
 
 import pytest
-from markdown_source import ROOT
+
+from guidekit import ROOT
 
 
 def source_date_epoch() -> str:
@@ -13,12 +14,22 @@ def source_date_epoch() -> str:
     return git.stdout.strip() or "1767225600"
 
 
-def build_site(site, cwd=ROOT):
+def _build(site, cwd=ROOT, config="mkdocs.yml"):
     env = {**os.environ, "SOURCE_DATE_EPOCH": source_date_epoch()}
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", config, "--site-dir", str(site)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
+
+
+@pytest.fixture(scope="session")
+def build_site():
+    """`build_site(site_dir, cwd=..., config=...)`: a strict build of the site, as a CompletedProcess."""
+    return _build
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +37,7 @@ def built_site(tmp_path_factory):
     """The whole site, both languages, built once with --strict into a scratch folder."""
     site = tmp_path_factory.mktemp("site")
     started = time.monotonic()
-    build = build_site(site)
+    build = _build(site)
     seconds = time.monotonic() - started
     assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr[-6000:]}"
     print(f"\nsite built in {seconds:.1f} s")

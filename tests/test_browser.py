@@ -10,15 +10,22 @@ import threading
 from pathlib import Path
 
 import pytest
-from markdown_source import LANGS, ROOT, page_files, site_path
-from test_site import built_page, included_lines
+
+from guidekit import ROOT
+from guidekit.pages import LANGS, fences, page_files, pages, site_path, url_path
+from guidekit.sections import target_text
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 ARTIFACTS = ROOT / "artifacts"
 # Bytes a reader downloads for one page into an empty cache, text gzip-compressed as GitHub Pages serves it.
@@ -114,8 +121,7 @@ def visit(browser, base_url):
 
 
 def url_of(base_url, lang, name):
-    path = built_page(Path("/"), lang, name).as_posix().removesuffix("index.html")
-    return base_url + path
+    return f"{base_url}/{url_path(lang, name)}"
 
 
 ALL_PAGES = [(lang, name) for lang in LANGS for name in sorted(page_files(lang))]
@@ -196,10 +202,10 @@ def copied_text(page, block_index):
 def test_copy_button_copies_exactly_the_runnable_code(visit, base_url, lang):
     v = visit(permissions=["clipboard-read", "clipboard-write"])
     page = v.open(url_of(base_url, lang, "ddp.md"))
-    source = (ROOT / "docs" / lang / "ddp.md").read_text(encoding="utf-8")
-    target = re.search(r'--8<--\s+"([^"]+)"', source).group(1)
+    first = next(f for f in fences((ROOT / "docs" / lang / "ddp.md").read_text(encoding="utf-8")) if f.is_include)
     copied = copied_text(page, 0)
-    expected = [re.sub(r"\s*# \(\d+\)!?$", "", line) for line in included_lines(target)]
+    shown = [line.strip() for t in first.targets for line in target_text(t).splitlines() if line.strip()]
+    expected = [re.sub(r"\s*# \(\d+\)!?$", "", line) for line in shown]
     got = [line.strip() for line in copied.splitlines() if line.strip()]
     assert got == [line for line in expected if line], "the copy button must give the snippet's code, nothing else"
     assert not re.search(r"# \(\d+\)", copied), "annotation markers leaked into the copied code"
@@ -254,14 +260,13 @@ def fresh_weight_log():
             print(f"  {r['lang']}/{r['page']:<32} {r['gzip_bytes']:>9,} / {r['raw_bytes']:>9,}  {r['requests']}")
 
 
-ANNOTATED = [
-    (lang, name)
-    for lang in LANGS
-    for name in sorted(page_files(lang))
-    if name.endswith(".md")
-    and any(re.search(r"#\s*\(\d+\)!", (ROOT / t.split(":")[0]).read_text(encoding="utf-8"))
-            for t in re.findall(r'--8<--\s+"([^"]+)"', (ROOT / "docs" / lang / name).read_text(encoding="utf-8")))
-]
+def annotated(lang: str, name: str) -> bool:
+    """A page includes code that carries Material annotation markers ('# (1)!')."""
+    text = (ROOT / "docs" / lang / name).read_text(encoding="utf-8")
+    return any(re.search(r"#\s*\(\d+\)!", target_text(t)) for f in fences(text) for t in f.targets)
+
+
+ANNOTATED = [(lang, name) for lang in LANGS for name in sorted(pages(lang)) if annotated(lang, name)]
 
 
 @pytest.mark.parametrize("lang,name", ANNOTATED)

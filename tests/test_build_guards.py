@@ -4,8 +4,8 @@ import filecmp
 import shutil
 
 import pytest
-from conftest import build_site
-from markdown_source import ROOT
+
+from guidekit import ROOT
 
 BROKEN_LINKS = """
 
@@ -25,7 +25,7 @@ BROKEN_INCLUDE = """
     [(BROKEN_LINKS, ["no-such-page.md", "no-such-section"]), (BROKEN_INCLUDE, ["no_such_file.py"])],
     ids=["links", "include"],
 )
-def test_a_broken_page_fails_the_build(tmp_path, planted, reported):
+def test_a_broken_page_fails_the_build(build_site, tmp_path, planted, reported):
     """A scratch copy of the site with one planted fault (an include aborts the build, so one fault a build)."""
     repo = tmp_path / "repo"
     for name in ("docs", "snippets", "theme"):
@@ -42,7 +42,7 @@ def test_a_broken_page_fails_the_build(tmp_path, planted, reported):
         assert fault in log, f"the build log does not name {fault}"
 
 
-def test_build_is_reproducible(built_site, tmp_path):
+def test_build_is_reproducible(build_site, built_site, tmp_path):
     again = tmp_path / "again"
     assert build_site(again).returncode == 0
     compared = filecmp.dircmp(built_site, again)

@@ -3,21 +3,23 @@
 import re
 
 import pytest
-from markdown_source import (
+
+from guidekit import ROOT
+from guidekit.pages import (
     LANGS,
-    ROOT,
     fences,
     headings,
     includes,
-    load_spec_module,
     notebook_cells,
-    notebook_includes,
     notebooks,
     page_files,
+    page_includes,
     pages,
+    shown_files,
 )
+from guidekit.sections import parse_target, section_names
+from guidekit.spec import all_snippets, parse_spec
 
-SPEC = load_spec_module()
 PAGES = sorted(pages("ko"))
 LANG_PAGES = [(lang, name) for lang in LANGS for name in sorted(pages(lang))]
 SNIPPET_COMMAND = re.compile(r"^(?:python|torchrun)\b.*\bsnippets/\S+\.py\b.*$")
@@ -53,33 +55,24 @@ def test_python_reaches_pages_only_by_inclusion(lang, name):
     inline = [
         f"line {f.line}"
         for f in fences(read(lang, name))
-        if f.lang in ("python", "py", "python3", "pycon")
-        and not all(line.strip().startswith("--8<--") for line in f.body if line.strip())
+        if f.lang in ("python", "py", "python3", "pycon") and not f.is_include
     ]
     assert not inline, f"Python blocks that are not snippet includes: {inline}"
 
 
-@pytest.mark.parametrize("lang,name", LANG_PAGES + [(l, n) for l in LANGS for n in sorted(notebooks(l))])
+@pytest.mark.parametrize("lang,name", [(lang, name) for lang in LANGS for name in sorted(page_files(lang))])
 def test_includes_name_existing_files_and_sections(lang, name):
-    path = ROOT / "docs" / lang / name
-    targets = notebook_includes(path) if name.endswith(".ipynb") else includes(read(lang, name))
-    for target in targets:
-        path, _, section = target.partition(":")
-        file = ROOT / path
+    for target in map(parse_target, page_includes(lang, name)):
+        file = ROOT / target.path
         assert file.is_file(), f"{target}: no such file"
-        if section and not section.replace(":", "").isdigit():
-            source = file.read_text(encoding="utf-8")
-            for edge in ("start", "end"):
-                assert f"--8<-- [{edge}:{section}]" in source, f"{target}: no '[{edge}:{section}]' marker"
+        if target.section:
+            assert target.section in section_names(file.read_text(encoding="utf-8")), f"{target}: no such section"
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_snippet_is_shown(lang):
-    targets = [t for name in pages(lang) for t in includes(read(lang, name))]
-    targets += [t for nb in notebooks(lang).values() for t in notebook_includes(nb)]
-    shown = {t.partition(":")[0] for t in targets}
-    snippets = {p.relative_to(ROOT).as_posix() for p in SPEC.all_snippets(ROOT)}
-    assert not snippets - shown, f"snippets no {lang} page includes"
+    snippets = {p.relative_to(ROOT).as_posix() for p in all_snippets()}
+    assert not snippets - shown_files(lang), f"snippets no {lang} page includes"
 
 
 @pytest.mark.parametrize("lang,name", LANG_PAGES)
@@ -93,7 +86,7 @@ def test_shell_commands_match_declared_launch(lang, name):
             if not SNIPPET_COMMAND.match(command):
                 continue
             path = next(word for word in command.split() if word.startswith("snippets/") and word.endswith(".py"))
-            spec = SPEC.parse_spec(ROOT / path, ROOT)
+            spec = parse_spec(ROOT / path)
             extra = command.removeprefix(spec.command)
             assert command.startswith(spec.command) and (not extra or extra.startswith(" ")), (
                 f"page runs '{command}', the snippet declares '{spec.command}'"
@@ -109,6 +102,20 @@ def test_notebooks_mirror_each_other(name):
         if kind == "code":
             assert ko.replace('lang="ko"', 'lang="en"') == en
         else:
-            levels = [[len(line) - len(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")]
-                      for text in (ko, en)]
+            levels = [
+                [len(line) - len(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")]
+                for text in (ko, en)
+            ]
             assert levels[0] == levels[1]
+
+
+def test_every_marked_section_is_shown():
+    """A section marker no page includes is dead weight in the program a reader copies."""
+    shown = {t for lang in LANGS for name in page_files(lang) for t in page_includes(lang, name)}
+    unused = [
+        f"{path.relative_to(ROOT).as_posix()}:{name}"
+        for path in all_snippets()
+        for name in section_names(path.read_text(encoding="utf-8"))
+        if f"{path.relative_to(ROOT).as_posix()}:{name}" not in shown
+    ]
+    assert not unused, f"sections no page includes: {unused}"

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from markdown_source import ROOT
+from guidekit import ROOT
 
 
 def test_committed_benchmark_results_render():

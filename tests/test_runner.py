@@ -1,12 +1,15 @@
 """The snippet runner itself: planted faults must give the right outcome, as a reader's pytest run reports it."""
 
+import os
 import shutil
 import subprocess
+import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
-from markdown_source import ROOT
+
+from guidekit import ROOT
 
 HANG_MARKER = "planted-hang-7c1e"  # found in the command line of any rank that outlives its timeout
 PLANTED = {
@@ -47,18 +50,24 @@ def planted(tmp_path_factory):
     repo = tmp_path_factory.mktemp("planted_repo")
     snippets = repo / "snippets"
     (snippets / "planted").mkdir(parents=True)
-    for name in ("conftest.py", "_spec.py"):
-        shutil.copy(ROOT / "snippets" / name, snippets / name)
+    shutil.copy(ROOT / "snippets" / "conftest.py", snippets / "conftest.py")
     for name, source in PLANTED.items():
         (snippets / "planted" / name).write_text(source)
-    (repo / "pytest.ini").write_text("[pytest]\nmarkers =\n    snippet\n    gpu(n)\n    world_size(n)\n")
+    (repo / "pytest.ini").write_text(
+        f"[pytest]\npythonpath = {ROOT}\nmarkers =\n    snippet\n    gpu(n)\n    world_size(n)\n"
+    )
     return repo
 
 
 def run_pytest(repo, *args, timeout=600):
+    """pytest on the planted repository with this interpreter, GPUs hidden: the outcomes hold on any machine."""
     return subprocess.run(
-        [str(ROOT / ".venv/bin/python"), "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=repo, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=repo,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

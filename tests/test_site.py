@@ -2,22 +2,19 @@
 
 import html
 import re
-import textwrap
 from html.parser import HTMLParser
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from markdown_source import LANGS, ROOT, includes, page_files, pages, site_path
 
-SECTION_MARK = re.compile(r"^\s*#\s*--8<--\s*\[(start|end):[\w\-]+\]\s*$")
+from guidekit import ROOT
+from guidekit.pages import LANGS, built_path, includes, page_files, pages, site_path
+from guidekit.sections import target_text
 
 
 def built_page(site: Path, lang: str, name: str) -> Path:
-    """Where a docs/<lang>/<name> page lands: Korean at /, English at /en/."""
-    stem = PurePosixPath(name).with_suffix("")
-    path = stem.parent / "index.html" if stem.name == "index" else stem / "index.html"
-    return site / ("" if lang == "ko" else "en") / path
+    return site / built_path(lang, name)
 
 
 class Anchors(HTMLParser):
@@ -41,16 +38,9 @@ def parse(path: Path) -> Anchors:
     return parser
 
 
-def included_lines(target: str) -> list[str]:
-    """The non-blank lines a `--8<--` include puts on the page (a whole file or a named section)."""
-    path, _, section = target.partition(":")
-    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
-    if section:
-        start = lines.index(next(l for l in lines if l.strip() == f"# --8<-- [start:{section}]"))
-        end = lines.index(next(l for l in lines[start:] if l.strip() == f"# --8<-- [end:{section}]"))
-        lines = lines[start + 1 : end]
-    body = textwrap.dedent("\n".join(l for l in lines if not SECTION_MARK.match(l)))
-    return [l.strip() for l in body.splitlines() if l.strip()]
+def shown_lines(target: str) -> list[str]:
+    """The non-blank lines an include puts on the page, stripped (the HTML keeps no indentation we compare)."""
+    return [line.strip() for line in target_text(target).splitlines() if line.strip()]
 
 
 def page_text(path: Path) -> str:
@@ -77,11 +67,11 @@ def test_notebooks_render_as_notebooks_with_outputs(built_site, lang):
         assert not (built_site / ("" if lang == "ko" else "en") / name).exists(), f"{name} copied raw"
 
 
-@pytest.mark.parametrize("lang,name", [(l, n) for l in LANGS for n in sorted(pages(l))])
+@pytest.mark.parametrize("lang,name", [(lang, n) for lang in LANGS for n in sorted(pages(lang))])
 def test_included_code_is_on_the_built_page(built_site, lang, name):
     text = page_text(built_page(built_site, lang, name))
     for target in includes((ROOT / "docs" / lang / name).read_text(encoding="utf-8")):
-        missing = [line for line in included_lines(target) if line not in text]
+        missing = [line for line in shown_lines(target) if line not in text]
         assert not missing, f"{target}: lines not on the page, e.g. {missing[:3]}"
 
 

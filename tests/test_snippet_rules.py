@@ -1,26 +1,38 @@
-"""Every snippet is a self-checking program with valid declarations; shared pieces stay identical."""
+"""Every snippet is a self-checking program with valid declarations; standalone copies stay identical."""
 
 import ast
+import re
 
 import pytest
-from markdown_source import ROOT, load_spec_module
 
-SPEC = load_spec_module()
-SNIPPETS = SPEC.all_snippets(ROOT)
+from guidekit import ROOT, copies
+from guidekit.spec import all_snippets, parse_spec
+
+SNIPPETS = all_snippets()
 IDS = [p.relative_to(ROOT / "snippets").as_posix() for p in SNIPPETS]
-CANONICAL_SETUP = ROOT / "snippets/ddp/train_torchrun.py"
-
-
-def functions(path, name):
-    source = path.read_text(encoding="utf-8")
-    tree = ast.parse(source)
-    return [ast.get_source_segment(source, n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+STARTS_RANKS = re.compile(r"\bmp\.spawn\(|torch\.distributed\.run|\btorchrun\b")
 
 
 @pytest.mark.parametrize("path", SNIPPETS, ids=IDS)
 def test_declarations_are_valid(path):
-    spec = SPEC.parse_spec(path, ROOT)
+    spec = parse_spec(path)
     assert spec.timeout_s > 0 and spec.world_size >= 1
+
+
+@pytest.mark.parametrize("path", SNIPPETS, ids=IDS)
+def test_programs_that_start_ranks_declare_them(path):
+    """A `python` launch that starts ranks itself (mp.spawn, torchrun agents) says how many: `# ranks: N`."""
+    spec = parse_spec(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):  # code only: drop docstrings (ast already drops comments)
+        if (
+            isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and ast.get_docstring(node) is not None
+        ):
+            node.body = node.body[1:] or [ast.Pass()]
+    body = ast.unparse(tree)
+    if spec.launch[0] == "python" and STARTS_RANKS.search(body):
+        assert spec.world_size > 1, "starts ranks of its own but declares no '# ranks: N'"
 
 
 @pytest.mark.parametrize("path", SNIPPETS, ids=IDS)
@@ -36,13 +48,6 @@ def test_snippet_checks_its_own_result(path):
 
 
 def test_setup_copies_are_identical():
-    """Programs repeat the canonical setup() so each stays copy-paste runnable; no copy may drift."""
-    (canonical,) = functions(CANONICAL_SETUP, "setup")
-    assert canonical.startswith("def setup() -> torch.device:")
-    drifted = [
-        path.relative_to(ROOT).as_posix()
-        for path in SNIPPETS
-        for body in functions(path, "setup")
-        if body.startswith("def setup() -> torch.device:") and body != canonical
-    ]
-    assert not drifted, f"setup() differs from {CANONICAL_SETUP.relative_to(ROOT)}"
+    """Programs repeat the reference setup() so each stays copy-paste runnable; `make sync-copies` fixes drift."""
+    assert copies.reference_text().startswith(copies.SIGNATURE)
+    assert not copies.drifted(), f"setup() differs from {copies.REFERENCE}: run `make sync-copies`"

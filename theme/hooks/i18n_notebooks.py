@@ -54,4 +54,3 @@ def on_page_context(context, page, config, nav):
         prefix = "" if alternate["lang"] == default else f"{alternate['lang']}/"
         alternate["link"] = prefix + page_url
     return context
-

@@ -2,27 +2,15 @@
 
 A fenced Python block whose body is only ``--8<--`` includes of one snippet gets the file name as its
 title and, under it, a line with the launch command, how CI tests it (CPU/gloo, or skipped for lack of
-GPUs) and a link to the source. The facts come from the snippet's own declarations (snippets/_spec.py),
+GPUs) and a link to the source. The facts come from the snippet's own declarations (guidekit/spec.py),
 so the label cannot drift from what the runner does.
 """
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-_loader = importlib.util.spec_from_file_location("snippet_spec", ROOT / "snippets" / "_spec.py")
-spec_module = sys.modules["snippet_spec"] = importlib.util.module_from_spec(_loader)
-_loader.loader.exec_module(spec_module)
-
-INCLUDED_BLOCK = re.compile(
-    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>python|py)\b(?P<attrs>[^\n]*)\n"
-    r"(?P<body>(?:(?P=indent)--8<--[^\n]*\n)+)"
-    r"(?P=indent)(?P=fence)[ \t]*$",
-    re.MULTILINE,
-)
-INCLUDE_PATH = re.compile(r'--8<--\s+"([^":]+)')
+from guidekit.pages import fences
+from guidekit.spec import parse_spec
 
 TEXT = {
     "ko": {
@@ -84,22 +72,31 @@ def _annotation_list_end(markdown: str, pos: int, indent: str) -> int:
 
 def on_page_markdown(markdown, page, config, files):
     lang = getattr(page.file, "locale", None) or config["theme"]["language"]
+    root = Path(config.config_file_path).parent  # snippets are read from the repository being built
     blob = config.get("repo_url", "").rstrip("/") + "/blob/main/"
+    lines = markdown.split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
     out, last = [], 0
-    for match in INCLUDED_BLOCK.finditer(markdown):
-        paths = {p.split(":")[0] for p in INCLUDE_PATH.findall(match["body"])}
-        file = ROOT / next(iter(paths)) if len(paths) == 1 else None
-        if file is None or file.suffix != ".py" or not file.is_file():
-            continue  # several files, or a missing one (check_paths reports it)
-        path = file.relative_to(ROOT).as_posix()
-        spec = spec_module.parse_spec(file, ROOT)
-        indent, attrs = match["indent"], match["attrs"]
+    for fence in fences(markdown):
+        paths = {t.path for t in fence.targets}
+        if fence.lang not in ("python", "py") or not fence.is_include or len(paths) != 1 or fence.end_line > len(lines):
+            continue  # not an include of one snippet
+        file = root / paths.pop()
+        if file.suffix != ".py" or not file.is_file():
+            continue  # a missing file: check_paths reports it
+        path = file.relative_to(root).as_posix()
+        spec = parse_spec(file, root)
+        start, end = offsets[fence.line - 1], offsets[fence.end_line] - 1  # the fence, closing line included
+        attrs = fence.info[len(fence.info.split()[0]) :]
         if "title=" not in attrs:
             attrs = f'{attrs} title="{path}"'
-        block = f"{indent}{match['fence']}{match['lang']}{attrs}\n{match['body']}{indent}{match['fence']}"
-        end = _annotation_list_end(markdown, match.end(), indent)
-        note = f"\n\n{indent}{_note(spec, lang, blob + path)}\n{indent}{{: .snippet-note }}"
-        out += [markdown[last : match.start()], block, markdown[match.end() : end], note]
-        last = end
+        opening = f"{fence.indent}{fence.marker}{fence.lang}{attrs}"
+        block = "\n".join([opening, *lines[fence.line : fence.end_line]])
+        after = _annotation_list_end(markdown, end, fence.indent)
+        note = f"\n\n{fence.indent}{_note(spec, lang, blob + path)}\n{fence.indent}{{: .snippet-note }}"
+        out += [markdown[last:start], block, markdown[end:after], note]
+        last = after
     out.append(markdown[last:])
     return "".join(out)

@@ -1,13 +1,11 @@
-"""What a snippet declares about itself: how it is launched, what it needs, how long it may take.
+"""What a snippet declares about itself: how it is launched, what it needs, how many ranks, how long it may take.
 
 Declarations are comment lines near the top of a snippet:
 
     # launch: torchrun --standalone --nproc-per-node=2 snippets/ddp/train_torchrun.py
-    # requires: gpus=2
-    # timeout: 180
-
-Shared by the snippet runner (snippets/conftest.py), the site hook that labels every included example
-(theme/hooks/snippet_notes.py) and the site tests.
+    # requires: gpus=2        ('cuda' or 'gpus=N'; absent: runs on CPU)
+    # ranks: 2                (only for a `python` launch that starts its own ranks, e.g. with mp.spawn)
+    # timeout: 180            (seconds; default 120)
 """
 
 from __future__ import annotations
@@ -17,10 +15,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from guidekit import ROOT
+
 DEFAULT_TIMEOUT_S = 120
 HEADER_LINES = 40  # declarations must appear this close to the top
-DECLARATION = re.compile(r"^#\s*(launch|requires|timeout):\s*(.+?)\s*$")
-NPROC = re.compile(r"--nproc[-_]per[-_]node[= ](\d+)")
+DECLARATION = re.compile(r"^#\s*(launch|requires|ranks|timeout):\s*(.+?)\s*$")
+TORCHRUN_INT_OPTION = r"--{}[= ](\d+)"
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Spec:
     path: str  # relative to the repository root, as a reader types it
     launch: list[str]
     gpus: int
-    world_size: int
+    world_size: int  # processes that join the job (ranks)
     timeout_s: float
 
     @property
@@ -36,8 +36,15 @@ class Spec:
         return shlex.join(self.launch)
 
 
-def parse_spec(path: Path, root: Path) -> Spec:
-    rel = path.relative_to(root).as_posix()
+def _torchrun_option(launch: list[str], name: str) -> int | None:
+    """An integer torchrun option, spelled with dashes or underscores, before the script."""
+    pattern = TORCHRUN_INT_OPTION.format(name.replace("-", "[-_]"))
+    found = re.search(pattern, " ".join(launch))
+    return int(found.group(1)) if found else None
+
+
+def parse_spec(path: Path, root: Path = ROOT) -> Spec:
+    rel = path.resolve().relative_to(root.resolve()).as_posix()
     found: dict[str, str] = {}
     for line in path.read_text(encoding="utf-8").splitlines()[:HEADER_LINES]:
         match = DECLARATION.match(line)
@@ -45,7 +52,9 @@ def parse_spec(path: Path, root: Path) -> Spec:
             found[match.group(1)] = match.group(2)
     launch = shlex.split(found.get("launch", f"python {rel}"))
     if launch[0] not in ("python", "torchrun") or rel not in launch:
-        raise ValueError(f"{rel}: '# launch:' must be 'python {rel} [args]' or 'torchrun ... {rel} [args]', got {launch}")
+        raise ValueError(
+            f"{rel}: '# launch:' must be 'python {rel} [args]' or 'torchrun ... {rel} [args]', got {launch}"
+        )
     requires = found.get("requires", "")
     if requires == "cuda":
         gpus = 1
@@ -55,8 +64,12 @@ def parse_spec(path: Path, root: Path) -> Spec:
         gpus = 0
     else:
         raise ValueError(f"{rel}: unknown '# requires: {requires}' (use 'cuda' or 'gpus=N')")
-    nproc = NPROC.search(" ".join(launch))
-    world_size = int(nproc.group(1)) if launch[0] == "torchrun" and nproc else 1
+    if launch[0] == "torchrun":
+        if "ranks" in found:
+            raise ValueError(f"{rel}: '# ranks:' is for python launches; torchrun's options give the ranks")
+        world_size = (_torchrun_option(launch, "nproc-per-node") or 1) * (_torchrun_option(launch, "nnodes") or 1)
+    else:
+        world_size = int(found.get("ranks", 1))
     return Spec(rel, launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)))
 
 
@@ -64,5 +77,5 @@ def is_snippet(path: Path) -> bool:
     return path.suffix == ".py" and path.name != "conftest.py" and not path.name.startswith(("_", "test_"))
 
 
-def all_snippets(root: Path) -> list[Path]:
+def all_snippets(root: Path = ROOT) -> list[Path]:
     return sorted(p for p in (root / "snippets").rglob("*.py") if is_snippet(p))

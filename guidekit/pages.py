@@ -1,0 +1,143 @@
+"""The pages: where they live, what their Markdown holds (fences, includes, headings), where they land on the site.
+
+Pages are ``docs/<lang>/<name>.md`` (and notebooks ``.ipynb``), the same names in every language. Korean is the
+default language, built at ``/``; English at ``/en/``. The site is published under the path of ``site_url``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+from guidekit import ROOT
+from guidekit.sections import Target, include_target, parse_target
+
+LANGS = ("ko", "en")
+DEFAULT_LANG = "ko"
+DOCS = ROOT / "docs"
+
+FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
+HEADING = re.compile(r"^(?P<level>#{1,6})\s+(?P<text>.*?)\s*$")
+HEADING_ID = re.compile(r"\{\s*[^}]*#(?P<id>[\w\-]+)[^}]*\}\s*$")
+NOTEBOOK_SOURCE = re.compile(r"""\bsource\(\s*["']([^"']+)["']""")  # the report helper's source("path:section")
+
+
+@dataclass
+class Fence:
+    info: str  # what follows the opening fence: language and attributes
+    body: list[str]
+    line: int  # 1-based line of the opening fence
+    indent: str = ""
+    marker: str = "```"
+    end_line: int = 0  # 1-based line of the closing fence
+
+    @property
+    def lang(self) -> str:
+        words = self.info.split()
+        return words[0].lstrip(".{").lower() if words else ""
+
+    @property
+    def targets(self) -> list[Target]:
+        return [t for line in self.body if (t := include_target(line))]
+
+    @property
+    def is_include(self) -> bool:
+        """Only include lines (and blank lines) inside: the block shows snippet code and nothing typed."""
+        lines = [line for line in self.body if line.strip()]
+        return bool(lines) and all(include_target(line) for line in lines)
+
+
+def fences(text: str) -> list[Fence]:
+    found, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        match = FENCE_OPEN.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        indent, fence = match["indent"], match["fence"]
+        close = re.compile(rf"^{re.escape(indent)}{fence[0]}{{{len(fence)},}}\s*$")
+        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), len(lines))
+        body = [line[len(indent) :] if line.startswith(indent) else line for line in lines[i + 1 : end]]
+        found.append(Fence(match["info"].strip(), body, i + 1, indent, fence, end + 1))
+        i = end + 1
+    return found
+
+
+def includes(text: str) -> list[str]:
+    """Every include target inside a fence, in page order, as written (``path`` or ``path:section``)."""
+    return [str(t) for f in fences(text) for t in f.targets]
+
+
+def outside_fences(text: str) -> list[str]:
+    lines = text.splitlines()
+    inside = set()
+    for fence in fences(text):
+        inside.update(range(fence.line - 1, fence.end_line))
+    return [line for n, line in enumerate(lines) if n not in inside]
+
+
+def headings(text: str) -> list[tuple[int, str, str | None]]:
+    """(level, text, fixed id or None) of every Markdown heading outside code fences."""
+    found = []
+    for line in outside_fences(text):
+        match = HEADING.match(line)
+        if match:
+            id_match = HEADING_ID.search(match["text"])
+            found.append((len(match["level"]), match["text"], id_match["id"] if id_match else None))
+    return found
+
+
+def pages(lang: str, docs: Path = DOCS) -> dict[str, Path]:
+    """Markdown pages of one language, keyed by their path inside the language folder."""
+    base = docs / lang
+    return {p.relative_to(base).as_posix(): p for p in sorted(base.rglob("*.md"))}
+
+
+def notebooks(lang: str, docs: Path = DOCS) -> dict[str, Path]:
+    base = docs / lang
+    return {p.relative_to(base).as_posix(): p for p in sorted(base.rglob("*.ipynb"))}
+
+
+def page_files(lang: str, docs: Path = DOCS) -> set[str]:
+    return set(pages(lang, docs)) | set(notebooks(lang, docs))
+
+
+def notebook_cells(path: Path) -> list[tuple[str, str]]:
+    return [(c["cell_type"], "".join(c["source"])) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+
+
+def notebook_includes(path: Path) -> list[str]:
+    """Snippet sections a notebook shows through its report helper's ``source("path:section")``."""
+    return [t for kind, text in notebook_cells(path) if kind == "code" for t in NOTEBOOK_SOURCE.findall(text)]
+
+
+def page_includes(lang: str, name: str, docs: Path = DOCS) -> list[str]:
+    """What a page (Markdown or notebook) includes, in order."""
+    path = docs / lang / name
+    return notebook_includes(path) if name.endswith(".ipynb") else includes(path.read_text(encoding="utf-8"))
+
+
+def shown_files(lang: str, docs: Path = DOCS) -> set[str]:
+    """Repository paths of every file some page of `lang` includes."""
+    return {parse_target(t).path for name in page_files(lang, docs) for t in page_includes(lang, name, docs)}
+
+
+def built_path(lang: str, name: str) -> PurePosixPath:
+    """Where docs/<lang>/<name> lands in the built site: Korean at the root, other languages under /<lang>/."""
+    stem = PurePosixPath(name).with_suffix("")
+    path = stem.parent / "index.html" if stem.name == "index" else stem / "index.html"
+    return path if lang == DEFAULT_LANG else PurePosixPath(lang) / path
+
+
+def url_path(lang: str, name: str) -> str:
+    """The page's URL path relative to the site root, e.g. 'en/ddp/' ('' for the Korean home)."""
+    return built_path(lang, name).as_posix().removesuffix("index.html")
+
+
+def site_path(root: Path = ROOT) -> str:
+    """The path the site is published under (site_url in mkdocs.yml), e.g. '/guide'."""
+    site_url = re.search(r"^site_url:\s*(\S+)", (root / "mkdocs.yml").read_text(encoding="utf-8"), re.M).group(1)
+    return urlsplit(site_url).path.rstrip("/")

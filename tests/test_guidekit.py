@@ -1,0 +1,176 @@
+"""Unit tests of guidekit, the one owner of the include syntax, section markers, declarations and page layout."""
+
+import textwrap
+from pathlib import Path, PurePosixPath
+
+import markdown
+import pytest
+
+from guidekit import copies
+from guidekit.pages import built_path, fences, headings, includes, url_path
+from guidekit.sections import Target, include_line, include_target, parse_target, section_names, shown_text
+from guidekit.spec import parse_spec
+
+PROGRAM = textwrap.dedent(
+    """\
+    import os
+
+    # --8<-- [start:outer]
+    def outer():
+        # --8<-- [start:inner]
+        x = 1
+        # --8<-- [end:inner]
+        return x
+
+
+    # --8<-- [end:outer]
+    """
+)
+
+
+def test_targets_round_trip():
+    assert parse_target("snippets/a.py:train") == Target("snippets/a.py", "train")
+    assert parse_target("snippets/a.py") == Target("snippets/a.py", None)
+    line = include_line(Target("snippets/a.py", "train"))
+    assert line == '--8<-- "snippets/a.py:train"'
+    assert include_target("    " + line) == Target("snippets/a.py", "train")
+    assert include_target("x = 1  # --8<-- not an include") is None
+
+
+def test_sections_are_named_in_order():
+    assert section_names(PROGRAM) == ["outer", "inner"]
+
+
+def test_shown_text_drops_markers_and_dedents():
+    assert shown_text(PROGRAM, "inner") == "x = 1\n"
+    assert shown_text(PROGRAM, "outer") == "def outer():\n    x = 1\n    return x\n"
+    assert "--8<--" not in shown_text(PROGRAM)
+
+
+@pytest.mark.parametrize(
+    "source,error",
+    [(PROGRAM, "no '# --8<-- [start:missing]'"), ("# --8<-- [start:open]\nx = 1\n", "no '# --8<-- [end:open]'")],
+)
+def test_a_broken_section_is_an_error(source, error):
+    name = "missing" if "missing" in error else "open"
+    with pytest.raises(ValueError, match=error.replace("[", r"\[").replace("]", r"\]")):
+        shown_text(source, name)
+
+
+def test_shown_text_is_what_pymdownx_puts_on_the_page(tmp_path):
+    """The parser agrees with pymdownx.snippets itself (the site's include engine), section by section."""
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    md = markdown.Markdown(
+        extensions=["pymdownx.snippets"],
+        extension_configs={"pymdownx.snippets": {"base_path": [str(tmp_path)], "dedent_subsections": True}},
+    )
+    for section in ("outer", "inner"):
+        lines = md.preprocessors["snippet"].run([f'--8<-- "prog.py:{section}"'])
+        assert "\n".join(lines).strip("\n") == shown_text(PROGRAM, section).strip("\n")
+
+
+PAGE = textwrap.dedent(
+    """\
+    # Title
+
+    ## Setup { #setup }
+
+    ```python title="x"
+    --8<-- "snippets/a.py:setup"
+    ```
+
+    !!! note
+        ````markdown
+        ```python
+        --8<-- "snippets/b.py"
+        ```
+        ````
+
+    ~~~bash
+    # not a heading
+    torchrun x.py
+    ~~~
+
+    ```python
+    print("typed code")
+    ```
+    """
+)
+
+
+def test_fences_and_includes():
+    found = fences(PAGE)
+    assert [f.lang for f in found] == ["python", "markdown", "bash", "python"]
+    assert [f.is_include for f in found] == [True, False, False, False]
+    assert found[0].info == 'python title="x"' and found[1].indent == "    "
+    # pymdownx.snippets runs before fences are parsed: an include inside any fence is expanded
+    assert includes(PAGE) == ["snippets/a.py:setup", "snippets/b.py"]
+
+
+def test_headings_skip_code_and_read_ids():
+    assert headings(PAGE) == [(1, "Title", None), (2, "Setup { #setup }", "setup")]
+
+
+@pytest.mark.parametrize(
+    "lang,name,path,url",
+    [
+        ("ko", "index.md", "index.html", ""),
+        ("en", "index.md", "en/index.html", "en/"),
+        ("ko", "ddp.md", "ddp/index.html", "ddp/"),
+        ("en", "practices/index.md", "en/practices/index.html", "en/practices/"),
+        ("en", "performance.ipynb", "en/performance/index.html", "en/performance/"),
+    ],
+)
+def test_page_layout(lang, name, path, url):
+    assert built_path(lang, name) == PurePosixPath(path)
+    assert url_path(lang, name) == url
+
+
+def declared(tmp_path: Path, header: str):
+    path = tmp_path / "snippets" / "x" / "prog.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + "\nassert True\n")
+    return parse_spec(path, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "header,launch,gpus,world",
+    [
+        ("", "python snippets/x/prog.py", 0, 1),
+        ("# launch: torchrun --standalone --nproc-per-node=4 snippets/x/prog.py", None, 0, 4),
+        ("# launch: torchrun --nnodes=2 --nproc_per_node 2 snippets/x/prog.py", None, 0, 4),
+        ("# launch: python snippets/x/prog.py\n# ranks: 2\n# requires: gpus=2", None, 2, 2),
+        ("# requires: cuda", "python snippets/x/prog.py", 1, 1),
+    ],
+)
+def test_declarations(tmp_path, header, launch, gpus, world):
+    spec = declared(tmp_path, header)
+    assert spec.command == (launch or header.splitlines()[0].removeprefix("# launch: "))
+    assert (spec.gpus, spec.world_size, spec.timeout_s) == (gpus, world, 120)
+
+
+@pytest.mark.parametrize(
+    "header,error",
+    [
+        ("# launch: python other.py", "must be"),
+        ("# requires: tpu", "unknown"),
+        ("# launch: torchrun --nproc-per-node=2 snippets/x/prog.py\n# ranks: 2", "for python launches"),
+    ],
+)
+def test_bad_declarations_are_errors(tmp_path, header, error):
+    with pytest.raises(ValueError, match=error):
+        declared(tmp_path, header)
+
+
+def test_copies_are_checked_and_rewritten(tmp_path):
+    reference = tmp_path / copies.REFERENCE
+    reference.parent.mkdir(parents=True)
+    body = 'def setup() -> torch.device:\n    """Join."""\n    return torch.device("cpu")\n'
+    reference.write_text("import torch\n\n\n" + body)
+    copy = tmp_path / "snippets/x/copy.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("import torch\n\n\n" + body.replace("Join.", "Joins.") + "\n\nassert True\n")
+    assert copies.drifted(tmp_path) == ["snippets/x/copy.py"]
+    assert copies.rewrite(tmp_path) == ["snippets/x/copy.py"]
+    assert copies.drifted(tmp_path) == []
+    assert copy.read_text().endswith('return torch.device("cpu")\n\n\nassert True\n')
