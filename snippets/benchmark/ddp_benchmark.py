@@ -1,5 +1,6 @@
 """Time one device vs DataParallel vs DDP (world sizes 1..N), all-reduce bandwidth, and a performance model."""
 # launch: python snippets/benchmark/ddp_benchmark.py
+# ranks: 2
 # timeout: 150
 #
 # Default: a tiny run (seconds; the test). The real run, on GPUs (NCCL) or CPU ranks (gloo):
@@ -25,13 +26,10 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-# --8<-- [start:config]
 TINY = dict(widths=[32, 128], depth=2, global_batch=16, warmup=1, steps=5, ar_max_bytes=1 << 18, max_world=2)
 FULL = dict(widths=[128, 512, 1024, 2048], depth=4, global_batch=64, warmup=3, steps=20, ar_max_bytes=1 << 26)
-# --8<-- [end:config]
 
 
-# --8<-- [start:workload]
 def make_model(width: int, depth: int) -> nn.Module:
     torch.manual_seed(0)  # every mode starts from the same weights
     layers = []
@@ -45,7 +43,6 @@ def make_batch(step: int, width: int, global_batch: int) -> tuple[torch.Tensor, 
     gen = torch.Generator().manual_seed(step)
     x = torch.randn(global_batch, width, generator=gen)
     return x, x.roll(1, dims=1).sin()
-# --8<-- [end:workload]
 
 
 # --8<-- [start:timing]
@@ -83,7 +80,10 @@ def train(model, cfg, width, device, rank=0, world=1, sync=True):
     timer = StepTimer(device)
     for step in range(cfg["warmup"] + cfg["steps"]):
         x, y = make_batch(step, width, cfg["global_batch"])
-        x, y = x[rank * per_rank:(rank + 1) * per_rank].to(device), y[rank * per_rank:(rank + 1) * per_rank].to(device)
+        x, y = (
+            x[rank * per_rank : (rank + 1) * per_rank].to(device),
+            y[rank * per_rank : (rank + 1) * per_rank].to(device),
+        )
         if step == cfg["warmup"]:
             timer.marks.clear()
         timer.start()
@@ -97,10 +97,11 @@ def train(model, cfg, width, device, rank=0, world=1, sync=True):
     if world > 1:  # a step is as slow as its slowest rank
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
     return times.tolist()
+
+
 # --8<-- [end:timing]
 
 
-# --8<-- [start:allreduce]
 def bench_allreduce(world: int, device: torch.device, max_bytes: int) -> list[dict]:
     """nccl-tests style: algbw = bytes / time, busbw = algbw * 2(n-1)/n (comparable with the link rate)."""
     rows, size = [], 4096
@@ -120,11 +121,17 @@ def bench_allreduce(world: int, device: torch.device, max_bytes: int) -> list[di
         sec = torch.tensor((time.perf_counter() - start) / iters, dtype=torch.float64)
         dist.all_reduce(sec, op=dist.ReduceOp.MAX)
         algbw = size / sec.item() / 1e9
-        rows.append(dict(world_size=world, bytes=size, time_us=sec.item() * 1e6,
-                         algbw_gbs=algbw, busbw_gbs=algbw * 2 * (world - 1) / world))
+        rows.append(
+            dict(
+                world_size=world,
+                bytes=size,
+                time_us=sec.item() * 1e6,
+                algbw_gbs=algbw,
+                busbw_gbs=algbw * 2 * (world - 1) / world,
+            )
+        )
         size *= 2
     return rows
-# --8<-- [end:allreduce]
 
 
 def peak_mem_mib(device: torch.device) -> float:
@@ -152,19 +159,25 @@ def run_single_modes(cfg, width, device, tmp: Path) -> list[dict]:
     if device.type == "cuda" and torch.cuda.device_count() >= 2:
         reset_peak(device)
         dp = nn.DataParallel(make_model(width, cfg["depth"]).to(device))
-        rows.append(dict(mode="DataParallel", ms=train(dp, cfg, width, device), mem=peak_mem_mib(device),
-                         gpus=torch.cuda.device_count(), weights_match=bool(torch.allclose(
-                             flat_params(dp.module), flat_params(model), rtol=1e-4, atol=1e-5))))
+        rows.append(
+            dict(
+                mode="DataParallel",
+                ms=train(dp, cfg, width, device),
+                mem=peak_mem_mib(device),
+                gpus=torch.cuda.device_count(),
+                weights_match=bool(torch.allclose(flat_params(dp.module), flat_params(model), rtol=1e-4, atol=1e-5)),
+            )
+        )
     elif device.type == "cpu" and cfg["max_world"] > 1:
         torch.set_num_threads(cfg["max_world"])  # the same cores as the DDP ranks, as intra-op threads
         model = make_model(width, cfg["depth"])
-        rows.append(dict(mode="single", ms=train(model, cfg, width, device), mem=peak_mem_mib(device),
-                         threads=cfg["max_world"]))
+        rows.append(
+            dict(mode="single", ms=train(model, cfg, width, device), mem=peak_mem_mib(device), threads=cfg["max_world"])
+        )
         torch.set_num_threads(1)
     return rows
 
 
-# --8<-- [start:worker]
 def worker(rank: int, world: int, cfg: dict, tmp: str) -> None:
     tmp = Path(tmp)
     if torch.cuda.is_available() and torch.cuda.device_count() >= world:
@@ -176,8 +189,9 @@ def worker(rank: int, world: int, cfg: dict, tmp: str) -> None:
         torch.set_num_threads(1)  # one thread per rank: ranks share the cores
     # A FileStore per world size: no port to pick, no clash between the sequential launches.
     init = f"file://{tmp / f'store-{world}'}"
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
-                            device_id=device if backend == "nccl" else None)
+    dist.init_process_group(
+        backend, init_method=init, rank=rank, world_size=world, device_id=device if backend == "nccl" else None
+    )
     try:
         out = dict(world_size=world, backend=backend, device=str(device), runs=[], allreduce=[])
         if world > 1:
@@ -187,23 +201,36 @@ def worker(rank: int, world: int, cfg: dict, tmp: str) -> None:
                 out["runs"] += [dict(r, width=width) for r in run_single_modes(cfg, width, device, tmp)]
             ids = [device.index] if device.type == "cuda" else None
             # Compute only: the same DDP step under no_sync, all ranks busy at once (contention included).
-            compute = train(DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids),
-                            cfg, width, device, rank, world, sync=False)
+            compute = train(
+                DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids),
+                cfg,
+                width,
+                device,
+                rank,
+                world,
+                sync=False,
+            )
             reset_peak(device)
             model = DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids)
             ms = train(model, cfg, width, device, rank, world)
             info = model._get_ddp_logging_data()  # private API: bytes per bucket, in all-reduce order
             buckets = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes", "")
             single = torch.load(tmp / f"single-{width}.pt", weights_only=True)
-            out["runs"].append(dict(
-                mode="DDP", width=width, ms=ms, compute_ms=compute, mem=peak_mem_mib(device),
-                buckets=[int(b) for b in str(buckets).split(",") if b.strip()],
-                weights_match=bool(torch.allclose(flat_params(model.module), single, rtol=1e-4, atol=1e-5))))
+            out["runs"].append(
+                dict(
+                    mode="DDP",
+                    width=width,
+                    ms=ms,
+                    compute_ms=compute,
+                    mem=peak_mem_mib(device),
+                    buckets=[int(b) for b in str(buckets).split(",") if b.strip()],
+                    weights_match=bool(torch.allclose(flat_params(model.module), single, rtol=1e-4, atol=1e-5)),
+                )
+            )
         if rank == 0:
             (tmp / f"world-{world}.json").write_text(json.dumps(out))
     finally:
         dist.destroy_process_group()
-# --8<-- [end:worker]
 
 
 # --8<-- [start:model]
@@ -230,6 +257,8 @@ def predict(compute_ms: float, buckets: list[int], world: int, allreduce: list[d
     t = [2 * (world - 1) / world * b / (busbw_at(allreduce, b) * 1e9) * 1e3 for b in buckets]
     comm = sum(t)
     return dict(comm_ms=comm, no_overlap_ms=compute_ms + comm, overlap_ms=max(compute_ms, comm - t[-1]) + t[-1])
+
+
 # --8<-- [end:model]
 
 
@@ -240,16 +269,34 @@ def pct(values: list[float], q: float) -> float:
 
 def environment(label: str, world_sizes: list[int]) -> dict:
     cuda = torch.cuda.is_available()
-    cpu_model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    cpu_model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
     return dict(
-        machine=label, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        torch=torch.__version__, cuda=torch.version.cuda,
+        machine=label,
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
         nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda and dist.is_nccl_available() else None,
         gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        cpu=cpu_model, cpu_count=os.cpu_count(), cpus_usable=len(os.sched_getaffinity(0)),
-        threads_per_rank=1, python=platform.python_version(), os=platform.platform(),
-        loadavg_start=os.getloadavg()[0], world_sizes=world_sizes)
+        cpu=cpu_model,
+        cpu_count=os.cpu_count(),
+        cpus_usable=len(os.sched_getaffinity(0)),
+        threads_per_rank=1,
+        python=platform.python_version(),
+        os=platform.platform(),
+        loadavg_start=os.getloadavg()[0],
+        world_sizes=world_sizes,
+    )
 
 
 def summarize(parts: list[dict], cfg: dict) -> list[dict]:
@@ -261,18 +308,31 @@ def summarize(parts: list[dict], cfg: dict) -> list[dict]:
             width, world = run["width"], part["world_size"] if run["mode"] == "DDP" else 1
             params = cfg["depth"] * (width * width + width)
             gb = cfg["global_batch"]
-            row = dict(model=f"mlp {cfg['depth']}x{width}", width=width, params=params,
-                       grad_mib=params * 4 / 2**20, mode=run["mode"], backend=part["backend"] if run["mode"] == "DDP"
-                       else "-", device=part["device"], world_size=world, threads=run.get("threads", 1),
-                       gpus=run.get("gpus"), batch_per_rank=gb // world, global_batch=gb,
-                       step_ms=dict(median=statistics.median(run["ms"]), p10=pct(run["ms"], 0.1),
-                                    p90=pct(run["ms"], 0.9)),
-                       peak_mem_mib=run["mem"], weights_match=run.get("weights_match"))
+            row = dict(
+                model=f"mlp {cfg['depth']}x{width}",
+                width=width,
+                params=params,
+                grad_mib=params * 4 / 2**20,
+                mode=run["mode"],
+                backend=part["backend"] if run["mode"] == "DDP" else "-",
+                device=part["device"],
+                world_size=world,
+                threads=run.get("threads", 1),
+                gpus=run.get("gpus"),
+                batch_per_rank=gb // world,
+                global_batch=gb,
+                step_ms=dict(median=statistics.median(run["ms"]), p10=pct(run["ms"], 0.1), p90=pct(run["ms"], 0.9)),
+                peak_mem_mib=run["mem"],
+                weights_match=run.get("weights_match"),
+            )
             row["samples_per_s"] = gb / row["step_ms"]["median"] * 1e3
             if run["mode"] == "DDP":
                 compute = statistics.median(run["compute_ms"])
-                row.update(compute_ms=compute, buckets=run["buckets"],
-                           predicted=predict(compute, run["buckets"], world, allreduce.get(world, [])))
+                row.update(
+                    compute_ms=compute,
+                    buckets=run["buckets"],
+                    predicted=predict(compute, run["buckets"], world, allreduce.get(world, [])),
+                )
             rows.append(row)
     for row in rows:
         base = next(r for r in rows if r["width"] == row["width"] and r["mode"] == "single" and r["threads"] == 1)
@@ -283,8 +343,10 @@ def summarize(parts: list[dict], cfg: dict) -> list[dict]:
 
 
 def print_table(result: dict) -> None:
-    cols = "mode backend world batch/rank|global step-ms-median[p10-p90] samples/s speedup eff grad-MiB " \
-           "compute-ms pred-ms(no-ovl|ovl) peak-MiB"
+    cols = (
+        "mode backend world batch/rank|global step-ms-median[p10-p90] samples/s speedup eff grad-MiB "
+        "compute-ms pred-ms(no-ovl|ovl) peak-MiB"
+    )
     for width in result["config"]["widths"]:
         rows = [r for r in result["runs"] if r["width"] == width]
         print(f"\n{rows[0]['model']}: {rows[0]['params'] / 1e6:.2f} M params, gradients {rows[0]['grad_mib']:.2f} MiB")
@@ -294,18 +356,21 @@ def print_table(result: dict) -> None:
             mode = r["mode"] + (f" ({r['threads']} thr)" if r["mode"] == "single" else "")
             pred = f"{p['no_overlap_ms']:.2f}|{p['overlap_ms']:.2f}" if p else "-"
             comp = f"{r['compute_ms']:.2f}" if "compute_ms" in r else "-"
-            print(f"  {mode:<16} {r['backend']:<5} {r['world_size']:>2} {r['batch_per_rank']:>4}|{r['global_batch']:<4}"
-                  f" {s['median']:8.2f} [{s['p10']:.2f}-{s['p90']:.2f}] {r['samples_per_s']:9.0f}"
-                  f" {r['speedup']:5.2f}x {r['efficiency']:5.0%} {r['grad_mib']:7.2f} {comp:>8} {pred:>15}"
-                  f" {r['peak_mem_mib']:7.0f}")
+            print(
+                f"  {mode:<16} {r['backend']:<5} {r['world_size']:>2} {r['batch_per_rank']:>4}|{r['global_batch']:<4}"
+                f" {s['median']:8.2f} [{s['p10']:.2f}-{s['p90']:.2f}] {r['samples_per_s']:9.0f}"
+                f" {r['speedup']:5.2f}x {r['efficiency']:5.0%} {r['grad_mib']:7.2f} {comp:>8} {pred:>15}"
+                f" {r['peak_mem_mib']:7.0f}"
+            )
     if result["skipped"]:
         print("\nskipped: " + "; ".join(result["skipped"]))
     print("\nall-reduce (nccl-tests definitions): world, bytes, time us, algbw GB/s, busbw GB/s")
     for a in result["allreduce"]:
-        print(f"  {a['world_size']:>2} {a['bytes']:>10} {a['time_us']:10.1f} {a['algbw_gbs']:7.3f} {a['busbw_gbs']:7.3f}")
+        print(
+            f"  {a['world_size']:>2} {a['bytes']:>10} {a['time_us']:10.1f} {a['algbw_gbs']:7.3f} {a['busbw_gbs']:7.3f}"
+        )
 
 
-# --8<-- [start:main]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true", help="the real sweep (default: a tiny test run)")
@@ -321,7 +386,9 @@ def main() -> None:
         cfg["max_world"] = min(cfg["max_world"], gpus)
     world_sizes = list(range(1, cfg["max_world"] + 1))
     env = environment(args.machine, world_sizes)
-    skipped = [] if gpus >= 2 else ["DataParallel: needs >= 2 GPUs (without GPUs nn.DataParallel just calls the module)"]
+    skipped = (
+        [] if gpus >= 2 else ["DataParallel: needs >= 2 GPUs (without GPUs nn.DataParallel just calls the module)"]
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         parts = []
@@ -332,8 +399,13 @@ def main() -> None:
                 mp.spawn(worker, args=(world, cfg, tmp), nprocs=world, join=True)
             parts.append(json.loads((Path(tmp) / f"world-{world}.json").read_text()))
     env["loadavg_end"] = os.getloadavg()[0]
-    result = dict(env=env, config=cfg, skipped=skipped, runs=summarize(parts, cfg),
-                  allreduce=[a for p in parts for a in p["allreduce"]])
+    result = dict(
+        env=env,
+        config=cfg,
+        skipped=skipped,
+        runs=summarize(parts, cfg),
+        allreduce=[a for p in parts for a in p["allreduce"]],
+    )
     with contextlib.redirect_stdout(io.StringIO()) as text:
         print_table(result)
     print(json.dumps(env) + text.getvalue())
@@ -345,10 +417,12 @@ def main() -> None:
 
     # What this program guarantees (never a speedup: that depends on the machine).
     runs = result["runs"]
-    assert {(r["width"], r["world_size"]) for r in runs if r["mode"] == "DDP"} == \
-        {(w, n) for w in cfg["widths"] for n in world_sizes}, "a DDP run is missing"
-    assert all(r["weights_match"] for r in runs if r["weights_match"] is not None), \
+    assert {(r["width"], r["world_size"]) for r in runs if r["mode"] == "DDP"} == {
+        (w, n) for w in cfg["widths"] for n in world_sizes
+    }, "a DDP run is missing"
+    assert all(r["weights_match"] for r in runs if r["weights_match"] is not None), (
         "DDP/DataParallel weights differ from the single-device run on the same data"
+    )
     assert all(r["step_ms"]["p10"] <= r["step_ms"]["median"] <= r["step_ms"]["p90"] for r in runs)
     assert all(len(r["buckets"]) >= 1 and sum(r["buckets"]) == r["params"] * 4 for r in runs if r["mode"] == "DDP")
     assert all(a["busbw_gbs"] > 0 for a in result["allreduce"]) and (len(world_sizes) < 2 or result["allreduce"])
@@ -357,4 +431,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-# --8<-- [end:main]

@@ -29,7 +29,7 @@ optimizer = torch.optim.SGD(parallel_model.parameters(), lr=0.1)
 targets = inputs[:, :5].sin()  # something the model can learn
 
 losses = []
-for step in range(50):
+for _ in range(50):
     optimizer.zero_grad()
     loss = nn.functional.mse_loss(parallel_model(inputs), targets)
     loss.backward()  # gradients of every replica are summed into `model`'s parameters

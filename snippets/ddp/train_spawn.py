@@ -1,5 +1,6 @@
 """The same DDP training, with processes started by torch.multiprocessing.spawn instead of torchrun."""
 # launch: python snippets/ddp/train_spawn.py
+# ranks: 2
 # timeout: 240
 
 # --8<-- [start:all]
@@ -8,7 +9,6 @@ import os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
 from train_torchrun import assert_replicas_equal, train  # the same training code
 
 

@@ -9,6 +9,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
 # --8<-- [end:imports]
 
 
@@ -24,6 +25,8 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
+
+
 # --8<-- [end:setup]
 
 
@@ -55,6 +58,8 @@ def train(device: torch.device, epochs: int = 5) -> tuple[nn.Module, list[float]
         if dist.get_rank() == 0:
             print(f"epoch {epoch}: mean loss {epoch_losses[-1]:.4f}")
     return ddp_model.module, epoch_losses
+
+
 # --8<-- [end:train]
 
 
@@ -65,6 +70,8 @@ def assert_replicas_equal(model: nn.Module) -> None:
     replicas = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(replicas, flat)
     assert all(torch.equal(replicas[0], r) for r in replicas), "replicas diverged"
+
+
 # --8<-- [end:check]
 
 

@@ -36,6 +36,8 @@ def mismatch_error(rank: int, device: torch.device, kind: str) -> str:
     except RuntimeError as err:
         return str(err)
     raise AssertionError(f"{kind} mismatch went unnoticed")
+
+
 # --8<-- [end:mismatch]
 
 

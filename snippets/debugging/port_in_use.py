@@ -10,8 +10,9 @@ import torch.distributed as dist
 # --8<-- [start:collide]
 def start_store(port: int) -> dist.TCPStore:
     """What rank 0 (or torchrun's agent) does at start-up: listen on MASTER_PORT."""
-    return dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=10))
+    return dist.TCPStore(
+        "127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=10)
+    )
 
 
 with socket.socket() as squatter:  # stands in for a leftover rank or another job on the same port
@@ -31,6 +32,7 @@ store = start_store(0)  # port 0: the OS picks a free port, as `torchrun --stand
 print(f"port 0 -> listening on {store.port}")
 assert store.port != 0
 # --8<-- [end:port0]
+
 
 # --8<-- [start:reuse]
 def time_wait_sockets(port: int) -> int:

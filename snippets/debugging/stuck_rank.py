@@ -31,6 +31,8 @@ def collective_timeout(group: dist.ProcessGroup) -> str:
     except RuntimeError as err:
         return str(err)
     raise AssertionError("all_reduce returned although a rank never joined")
+
+
 # --8<-- [end:timeout]
 
 
@@ -42,6 +44,8 @@ def missing_ranks_report(group: dist.ProcessGroup) -> str:
     except RuntimeError as err:
         return str(err)
     raise AssertionError("monitored_barrier passed although a rank never arrived")
+
+
 # --8<-- [end:monitored]
 
 

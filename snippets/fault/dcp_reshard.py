@@ -39,6 +39,8 @@ def sharded_model(mesh: DeviceMesh, seed: int) -> tuple[nn.Module, torch.optim.O
 def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
     model_sd, optim_sd = get_state_dict(model, optimizer)  # sharded: DTensors, nothing gathered
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)  # collective: every rank calls it
+
+
 # --8<-- [end:save]
 
 
@@ -48,6 +50,8 @@ def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path)
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=path)  # in place: each rank reads only its own shards
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
 # --8<-- [end:resume]
 
 
@@ -59,6 +63,8 @@ def load_unsharded(path: Path) -> nn.Module:
     dcp.load(state, checkpoint_id=path, no_dist=True)  # DCP reshards 2 shards into 1 full tensor
     model.load_state_dict(state["model"])
     return model
+
+
 # --8<-- [end:one_process]
 
 
@@ -78,8 +84,10 @@ def main() -> None:
         load_sharded(resumed, resumed_opt, path)
         for k, p in resumed.state_dict().items():
             assert torch.equal(p.to_local(), model.state_dict()[k].to_local()), f"rank {rank}: {k} not restored"
-        assert torch.equal(resumed_opt.state_dict()["state"][0]["exp_avg"].to_local(),
-                           optimizer.state_dict()["state"][0]["exp_avg"].to_local())
+        assert torch.equal(
+            resumed_opt.state_dict()["state"][0]["exp_avg"].to_local(),
+            optimizer.state_dict()["state"][0]["exp_avg"].to_local(),
+        )
 
         dist.barrier()  # every rank has written its shard
         if rank == 0:

@@ -1,5 +1,6 @@
 """Kill rank 1 mid-run: torchrun restarts both workers, they resume from the snapshot and end bit-identical."""
 # launch: python snippets/fault/restart_resume.py
+# ranks: 2
 # timeout: 300
 
 import os
@@ -10,7 +11,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-
 from train_resumable import save_atomic  # same folder: python puts it on sys.path
 
 TRAIN = Path(__file__).with_name("train_resumable.py")
@@ -24,6 +24,8 @@ def torchrun(*args: str, **env: str) -> str:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"{' '.join(cmd)} exited with {done.returncode}:\n{done.stderr[-3000:]}"
     return done.stdout
+
+
 # --8<-- [end:torchrun]
 
 
@@ -46,6 +48,8 @@ def check_restart_is_bit_identical(tmp: Path) -> None:
     for name, tensor in reference.items():
         assert torch.equal(tensor, resumed[name]), f"{name} differs after the restart"
     print(f"resumed run == uninterrupted run, bit for bit ({len(reference)} tensors)")
+
+
 # --8<-- [end:test]
 
 
@@ -73,6 +77,8 @@ def check_crash_mid_write(tmp: Path) -> None:
         assert intact == survives, f"{name}: previous checkpoint intact = {intact}"
         print(f"{name}: crash mid-write leaves the previous checkpoint intact: {intact}")
     assert [p.name for p in tmp.glob("*.tmp")] == [], "save_atomic left a temp file behind"
+
+
 # --8<-- [end:crash_mid_write]
 
 

@@ -17,7 +17,6 @@ EPOCHS = 3
 SAVE_EVERY = 5  # steps; 8 steps per epoch, so most snapshots fall mid-epoch
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -29,7 +28,6 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
 
 
 # --8<-- [start:atomic]
@@ -45,6 +43,8 @@ def save_atomic(obj: object, path: Path) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
 # --8<-- [end:atomic]
 
 
@@ -62,11 +62,19 @@ def load_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer
     model.load_state_dict(snapshot["model"])
     optimizer.load_state_dict(snapshot["optimizer"])
     return snapshot["step"]
+
+
 # --8<-- [end:snapshot]
 
 
+def crash_if_asked(step: int, attempt: int) -> None:
+    """Fault injection for the restart demo: with FAIL_AT_STEP=N, rank 1 dies before step N of the first attempt."""
+    if step == int(os.environ.get("FAIL_AT_STEP", -1)) and attempt == 0 and dist.get_rank() == 1:
+        os._exit(1)  # a hard crash: no cleanup, no exception handler
+
+
 # --8<-- [start:train]
-def train(device: torch.device, snapshot: Path) -> nn.Module:
+def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]]:
     torch.manual_seed(0)  # same data and initial weights on every rank, in every attempt
     x = torch.randn(256, 10)
     dataset = TensorDataset(x, x[:, :5].sin())
@@ -81,15 +89,13 @@ def train(device: torch.device, snapshot: Path) -> nn.Module:
         print(f"attempt {attempt}: starting at step {done}")
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    fail_at = int(os.environ.get("FAIL_AT_STEP", -1))  # fault injection for the test
     steps_per_epoch, losses = len(loader), []
     for epoch in range(done // steps_per_epoch, EPOCHS):
         sampler.set_epoch(epoch)  # same order as the first attempt had in this epoch
         skip = done - epoch * steps_per_epoch if epoch == done // steps_per_epoch else 0
         for i, (inputs, targets) in enumerate(itertools.islice(loader, skip, None), start=skip):
             step = epoch * steps_per_epoch + i  # global step about to run
-            if step == fail_at and attempt == 0 and dist.get_rank() == 1:
-                os._exit(1)  # a hard crash: no cleanup, no exception handler
+            crash_if_asked(step, attempt)  # the demo's fault: FAIL_AT_STEP=N kills rank 1 here, once
             torch.manual_seed(1000 * step + dist.get_rank())  # dropout masks depend on (step, rank) only
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
@@ -101,8 +107,9 @@ def train(device: torch.device, snapshot: Path) -> nn.Module:
                 save_snapshot(snapshot, model, optimizer, step + 1)
     if dist.get_rank() == 0:
         print(f"attempt {attempt}: finished step {step}, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-    assert losses[-1] < losses[0], "loss did not fall"
-    return model
+    return model, losses
+
+
 # --8<-- [end:train]
 
 
@@ -114,7 +121,8 @@ def main() -> None:
     args = parser.parse_args()
     device = setup()
     try:
-        model = train(device, args.snapshot)
+        model, losses = train(device, args.snapshot)
+        assert losses[-1] < losses[0], "loss did not fall"
         flat = torch.cat([p.detach().flatten() for p in model.parameters()])
         peak = flat.clone()
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)

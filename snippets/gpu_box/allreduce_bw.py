@@ -48,6 +48,8 @@ def measure(nbytes: int, device: torch.device, iters: int) -> tuple[float, float
     algbw = nbytes / seconds / 1e9
     busbw = algbw * 2 * (n - 1) / n  # what each link carries in a ring all-reduce
     return seconds, algbw, busbw
+
+
 # --8<-- [end:measure]
 
 
@@ -61,6 +63,8 @@ def sweep(device: torch.device, sizes: list[int], iters: int) -> list[tuple[int,
         for size, seconds, algbw, busbw in rows:
             print(f"{size:>12} {seconds * 1e6:>11.1f} {algbw:>13.2f} {busbw:>13.2f}")
     return rows
+
+
 # --8<-- [end:sweep]
 
 

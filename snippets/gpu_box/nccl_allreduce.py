@@ -4,7 +4,6 @@
 
 import torch
 import torch.distributed as dist
-
 from allreduce_bw import setup, sweep  # the sibling program in this folder: same measurement, any backend
 
 # --8<-- [start:links]

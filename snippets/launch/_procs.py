@@ -18,9 +18,7 @@ def run_together(commands: list[list[str]], envs: list[dict], timeout_s: float) 
     """Start all commands at once, return their outputs; on a failure or timeout, kill them all."""
     logs = [tempfile.TemporaryFile("w+") for _ in commands]
     procs = [
-        subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         for cmd, env, log in zip(commands, envs, logs)
     ]
     deadline = time.monotonic() + timeout_s

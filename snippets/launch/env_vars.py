@@ -10,8 +10,15 @@ import torch.distributed as dist
 
 PER_RANK = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE"]  # may differ
 PER_RUN = [  # the same in every process of the run
-    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
-    "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
 ]
 # --8<-- [end:vars]
 
@@ -44,10 +51,11 @@ def env_from_slurm() -> None:
     )
     os.environ.setdefault("MASTER_ADDR", first_host(os.environ["SLURM_JOB_NODELIST"]))
     os.environ.setdefault("MASTER_PORT", "29500")  # the sbatch script may export its own
+
+
 # --8<-- [end:slurm]
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -59,7 +67,6 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
 
 
 # --8<-- [start:check]
@@ -86,6 +93,8 @@ def check(everyone: list[dict[str, str]]) -> None:
         for node in sorted(nodes):
             assert all(int(e["RANK"]) == first + int(e["LOCAL_RANK"]) for e in nodes[node])
             first += len(nodes[node])
+
+
 # --8<-- [end:check]
 
 

@@ -1,11 +1,13 @@
 """Play Slurm on one machine: start env_vars.py as `srun` would, 2 nodes x 2 tasks, no torchrun."""
 # launch: python snippets/launch/slurm_sim.py
+# ranks: 4
 # timeout: 180
 
 # --8<-- [start:parsers]
 import os
 import re
 import sys
+from pathlib import Path
 
 from _procs import free_port, run_together
 from env_vars import first_host, tasks_on_node
@@ -22,7 +24,7 @@ common = {  # what srun sets the same in every task
     "SLURM_NNODES": str(nodes),
     "SLURM_NTASKS": str(nodes * tasks_per_node),
     "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})",
-    "MASTER_PORT": os.environ.get("MASTER_PORT") or str(free_port()),
+    "MASTER_PORT": str(free_port()),  # the sbatch script exports a fixed one
     "OMP_NUM_THREADS": "1",
 }
 base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "RANK")}
@@ -37,7 +39,7 @@ envs = [
     for node in range(nodes)
     for local in range(tasks_per_node)
 ]
-command = [sys.executable, "snippets/launch/env_vars.py"]  # what srun starts in every task
+command = [sys.executable, str(Path(__file__).with_name("env_vars.py"))]  # what srun starts in every task
 outputs = run_together([command] * len(envs), envs, timeout_s=150)
 # --8<-- [end:srun]
 

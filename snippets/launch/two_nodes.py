@@ -1,17 +1,21 @@
 """Simulate two nodes on one machine: two torchrun agents meet through a c10d rendezvous."""
 # launch: python snippets/launch/two_nodes.py
+# ranks: 2
 # timeout: 180
 
 # --8<-- [start:launch]
 import os
 import re
 import sys
+from pathlib import Path
 
 from _procs import free_port, run_together
 
-port = os.environ.get("MASTER_PORT") or str(free_port())  # the rendezvous endpoint's port
+port = free_port()  # the rendezvous endpoint's port (on a cluster: a fixed one, e.g. 29400)
 node_command = [
-    sys.executable, "-m", "torch.distributed.run",  # = torchrun, with this interpreter
+    sys.executable,
+    "-m",
+    "torch.distributed.run",  # = torchrun, with this interpreter
     "--nnodes=2",
     "--nproc-per-node=1",
     "--rdzv-backend=c10d",
@@ -19,7 +23,7 @@ node_command = [
     "--rdzv-id=two-nodes-demo",  # the same on every node of one job
     "--rdzv-conf=join_timeout=60",  # give up if the other node never comes
     "--max-restarts=0",
-    "snippets/launch/env_vars.py",
+    str(Path(__file__).with_name("env_vars.py")),  # the training script
 ]
 env = dict(os.environ, OMP_NUM_THREADS="1")
 outputs = run_together([node_command, node_command], [env, env], timeout_s=150)

@@ -17,4 +17,6 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
     # init_device_mesh calls init_process_group() when there is no process group yet
     mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
+
+
 # --8<-- [end:mesh]

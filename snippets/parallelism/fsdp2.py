@@ -5,12 +5,11 @@
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from _mesh import setup_mesh
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-from _mesh import setup_mesh
 
 
 def make_model() -> nn.Sequential:
@@ -25,6 +24,8 @@ def shard(model: nn.Sequential, mesh, **kwargs) -> nn.Sequential:
         fully_shard(block, mesh=mesh, **kwargs)  # one all-gather, one reduce-scatter
     fully_shard(model, mesh=mesh, **kwargs)  # the root: what is left (the last Linear)
     return model
+
+
 # --8<-- [end:shard]
 
 
@@ -38,6 +39,8 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 5):
         loss.backward()  # FSDP: reduce-scatter, each rank keeps its shard's mean gradient
         optimizer.step()  # updates the local shard; Adam's state exists for it only
     return optimizer
+
+
 # --8<-- [end:train]
 
 
@@ -74,8 +77,7 @@ def main() -> None:
         assert params * world == full, (params, full)
         assert grads == params and adam == 2 * params  # exp_avg + exp_avg_sq
         if rank == 0:
-            print(f"parameters: {full} in all, {params} on each of {world} ranks; "
-                  f"Adam state: {adam} per rank")
+            print(f"parameters: {full} in all, {params} on each of {world} ranks; Adam state: {adam} per rank")
         # --8<-- [end:memory]
 
         # --8<-- [start:mixed]

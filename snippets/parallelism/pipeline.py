@@ -7,9 +7,8 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-
 from _mesh import setup_mesh
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 
 def make_model() -> nn.Sequential:
@@ -23,6 +22,8 @@ def stage_layers(model: nn.Sequential, rank: int, stages: int) -> nn.Sequential:
     """Split by hand: stage r holds a contiguous run of layers, [r*n/s, (r+1)*n/s)."""
     n = len(model)
     return model[rank * n // stages : (rank + 1) * n // stages]
+
+
 # --8<-- [end:split]
 
 
@@ -65,8 +66,10 @@ def main() -> None:
         if stage.is_last:
             loss = torch.stack(losses).mean()  # equal micro-batches: the mean of the means
             torch.testing.assert_close(loss, reference_loss)
-            print(f"{stages} stages, {len(losses)} micro-batches: loss {loss.item():.6f} "
-                  f"== one process {reference_loss.item():.6f}; updated weights equal")
+            print(
+                f"{stages} stages, {len(losses)} micro-batches: loss {loss.item():.6f} "
+                f"== one process {reference_loss.item():.6f}; updated weights equal"
+            )
         # --8<-- [end:check]
     finally:
         dist.destroy_process_group()

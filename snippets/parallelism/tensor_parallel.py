@@ -7,10 +7,9 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from _mesh import setup_mesh
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-from _mesh import setup_mesh
 
 
 class MLP(nn.Module):
@@ -57,9 +56,11 @@ def main() -> None:
             torch.testing.assert_close(p.grad.full_tensor(), ref.grad, msg=name)
         # --8<-- [end:check]
         if dist.get_rank() == 0:
-            print(f"TP on {world} ranks == unsharded MLP (outputs and gradients); collectives: "
-                  f"{forward_comms.get_total_counts()} in forward, "
-                  f"{backward_comms.get_total_counts()} in backward")
+            print(
+                f"TP on {world} ranks == unsharded MLP (outputs and gradients); collectives: "
+                f"{forward_comms.get_total_counts()} in forward, "
+                f"{backward_comms.get_total_counts()} in backward"
+            )
     finally:
         dist.destroy_process_group()
 

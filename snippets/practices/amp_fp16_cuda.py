@@ -17,7 +17,7 @@ def main() -> None:
     # --8<-- [start:loop]
     scaler = torch.amp.GradScaler("cuda")  # one per training run; starts at scale 2**16
     losses = []
-    for step in range(60):
+    for _ in range(60):
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device_type="cuda", dtype=torch.float16):
             out = model(x)

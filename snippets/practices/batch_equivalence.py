@@ -11,7 +11,6 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -23,11 +22,14 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
+
+
 # --8<-- [start:global-batch]
 def global_batch_size(per_rank: int, world_size: int, accum_steps: int) -> int:
     """Samples behind one optimizer step."""
     return per_rank * world_size * accum_steps
+
+
 # --8<-- [end:global-batch]
 
 
@@ -42,6 +44,8 @@ def linear_scaling_warmup(base_lr: float, base_batch: int, global_batch: int, wa
         return (1 + (k - 1) * step / warmup_steps) / k
 
     return base_lr * k, factor
+
+
 # --8<-- [end:lr-schedule]
 
 
@@ -91,6 +95,8 @@ def ddp_matches_big_batch(device: torch.device, per_rank: int, accum_steps: int,
 
     for p, q in zip(ddp_model.module.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q)  # same update, up to float rounding
+
+
 # --8<-- [end:equivalence]
 
 

@@ -17,7 +17,6 @@ torch.backends.cudnn.benchmark = False  # benchmark mode may pick different kern
 # --8<-- [end:deterministic]
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -29,7 +28,7 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
+
 
 # --8<-- [start:run]
 def train_once(device: torch.device, base_seed: int, epochs: int = 3) -> str:
@@ -40,8 +39,9 @@ def train_once(device: torch.device, base_seed: int, epochs: int = 3) -> str:
     x = torch.randn(256, 10, generator=data_gen)
     dataset = TensorDataset(x, x[:, :3].sin())
     sampler = DistributedSampler(dataset, shuffle=True, seed=base_seed)
-    loader = DataLoader(dataset, batch_size=16, sampler=sampler,
-                        generator=torch.Generator().manual_seed(base_seed + rank))
+    loader = DataLoader(
+        dataset, batch_size=16, sampler=sampler, generator=torch.Generator().manual_seed(base_seed + rank)
+    )
 
     model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 3)).to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -55,6 +55,8 @@ def train_once(device: torch.device, base_seed: int, epochs: int = 3) -> str:
             optimizer.step()
     flat = torch.cat([p.detach().flatten() for p in ddp_model.module.parameters()]).cpu()
     return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+
+
 # --8<-- [end:run]
 
 

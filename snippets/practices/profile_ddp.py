@@ -13,7 +13,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -25,7 +24,7 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
+
 
 def main() -> None:
     device = setup()
@@ -53,7 +52,7 @@ def main() -> None:
             on_trace_ready=on_trace_ready,
             record_shapes=True,
         ) as prof:
-            for step in range(5):
+            for _ in range(5):
                 with record_function("## forward ##"):
                     loss = nn.functional.mse_loss(ddp_model(x), y)
                 with record_function("## backward ##"):  # DDP's all-reduce runs inside backward

@@ -16,6 +16,8 @@ def shards(epoch: int | None, world_size: int = 2) -> list[list[int]]:
             sampler.set_epoch(epoch)  # shuffles with seed + epoch
         out.append(list(sampler))
     return out
+
+
 # --8<-- [end:shards]
 
 

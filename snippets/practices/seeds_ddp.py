@@ -11,7 +11,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -23,7 +22,7 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
+
 
 def gather(t: torch.Tensor) -> list[torch.Tensor]:
     """This tensor from every rank, in rank order."""
@@ -43,6 +42,8 @@ BASE_SEED = 1234
 def seed_everything(rank: int) -> None:
     """Per-rank seed: dropout and augmentation differ across ranks, yet every run repeats."""
     torch.manual_seed(BASE_SEED + rank)  # seeds the CPU and all CUDA generators
+
+
 # --8<-- [end:seed]
 
 
@@ -56,14 +57,17 @@ class RandomAugment(Dataset):
         return 4
 
     def __getitem__(self, i: int) -> torch.Tensor:
+        info = get_worker_info()
+        assert info is None or torch.initial_seed() == info.seed  # what seed_worker relies on
         return torch.tensor([torch.rand(()).item(), self.rng.random()], dtype=torch.float64)
 
 
 # --8<-- [start:worker-init]
 def seed_worker(worker_id: int) -> None:
     """Runs in each worker: torch.initial_seed() is already base_seed + worker_id there."""
-    assert torch.initial_seed() == get_worker_info().seed
     get_worker_info().dataset.rng.seed(torch.initial_seed())  # reseed what PyTorch does not
+
+
 # --8<-- [end:worker-init]
 
 

@@ -16,7 +16,7 @@ def listening_addresses(port: int) -> list[str]:
         for row in (line.split() for line in open(table).readlines()[1:]):
             address, hex_port = row[1].rsplit(":", 1)
             if int(hex_port, 16) == port and row[3] == "0A":  # words are stored little-endian
-                raw = b"".join(bytes.fromhex(address[i:i + 8])[::-1] for i in range(0, len(address), 8))
+                raw = b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8))
                 found.append(str(ipaddress.ip_address(raw)))
     return found
 

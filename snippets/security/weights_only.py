@@ -20,6 +20,8 @@ class Payload:
 
     def __reduce__(self):
         return os.mkdir, (self.marker,)
+
+
 # --8<-- [end:payload]
 
 

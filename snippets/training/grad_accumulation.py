@@ -11,7 +11,6 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -23,7 +22,6 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
 
 
 # --8<-- [start:hook]
@@ -31,6 +29,8 @@ def counting_allreduce(calls: list[int], bucket: dist.GradBucket) -> torch.futur
     """DDP's default all-reduce (average), plus a note of every bucket it reduces."""
     calls.append(bucket.index())
     return default_hooks.allreduce_hook(None, bucket)
+
+
 # --8<-- [end:hook]
 
 
@@ -45,6 +45,8 @@ def accumulate(model: DDP, micro_batches: list[tuple[torch.Tensor, torch.Tensor]
     inputs, targets = last
     loss = nn.functional.mse_loss(model(inputs), targets) / len(micro_batches)
     loss.backward()  # one all-reduce of the summed gradients
+
+
 # --8<-- [end:accumulate]
 
 
@@ -89,8 +91,10 @@ def main() -> None:
         forward_outside(model, mine)
         assert len(calls) == steps * buckets  # no_sync() around backward only: every micro-batch synced
         if rank == 0:
-            print(f"no_sync around forward+backward: {buckets} all-reduce(s) for {steps} micro-batches; "
-                  f"around backward only: {len(calls)}; gradients equal the big-batch step")
+            print(
+                f"no_sync around forward+backward: {buckets} all-reduce(s) for {steps} micro-batches; "
+                f"around backward only: {len(calls)}; gradients equal the big-batch step"
+            )
     finally:
         dist.destroy_process_group()
 

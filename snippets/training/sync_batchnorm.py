@@ -11,26 +11,18 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-# --8<-- [start:setup]
-def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
-    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
-    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
+def setup_nccl() -> torch.device:
+    """Join the process group with NCCL, one GPU per rank: SyncBatchNorm works on GPU modules only."""
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # LOCAL_RANK: set by torchrun
+    torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+    dist.init_process_group("nccl", device_id=device)
     return device
-# --8<-- [end:setup]
 
 
 # --8<-- [start:main]
 def main() -> None:
-    device = setup()
+    device = setup_nccl()
     try:
-        assert device.type == "cuda", "SyncBatchNorm layers only work with GPU modules"
         rank, world = dist.get_rank(), dist.get_world_size()
         torch.backends.cudnn.allow_tf32 = False  # exact convolutions: compare against full precision
         torch.manual_seed(0)  # the same global batch and the same weights on every rank
@@ -51,8 +43,10 @@ def main() -> None:
             torch.testing.assert_close(sync_bn.running_var, reference.running_var, rtol=1e-4, atol=1e-5)
             assert not torch.allclose(plain.running_mean, reference.running_mean, rtol=1e-4, atol=1e-5)
         if rank == 0:
-            print(f"{world} GPUs x 2 images: SyncBatchNorm running stats equal one BatchNorm over "
-                  f"{world * 2} images; plain BatchNorm saw only its 2")
+            print(
+                f"{world} GPUs x 2 images: SyncBatchNorm running stats equal one BatchNorm over "
+                f"{world * 2} images; plain BatchNorm saw only its 2"
+            )
     finally:
         dist.destroy_process_group()
 

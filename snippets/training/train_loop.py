@@ -13,7 +13,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -25,7 +24,6 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
 
 
 # --8<-- [start:sampler]
@@ -51,6 +49,8 @@ def check_sampler() -> None:
     first, again = list(sampler), list(sampler)
     sampler.set_epoch(1)
     assert first == again and list(sampler) != first  # no set_epoch: the same order every epoch
+
+
 # --8<-- [end:sampler]
 
 
@@ -77,6 +77,8 @@ def fit(model: DDP, optimizer: torch.optim.Optimizer, loader: DataLoader, epochs
         dist.all_reduce(stats)  # a collective: every rank calls it, not just the one that prints
         if dist.get_rank() == 0:
             print(f"epoch {epoch}: train loss {stats[0] / stats[1]:.4f} over {int(stats[1])} samples")
+
+
 # --8<-- [end:fit]
 
 
@@ -102,6 +104,8 @@ def evaluate_sharded(module: nn.Module, data: TensorDataset, device: torch.devic
     stats = squared_error(module, shard, device)
     dist.all_reduce(stats)
     return (stats[0] / stats[1]).item()
+
+
 # --8<-- [end:evaluate]
 
 
@@ -127,6 +131,8 @@ def load_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer, de
     model.module.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return state["epoch"] + 1  # the first epoch still to run
+
+
 # --8<-- [end:checkpoint]
 
 

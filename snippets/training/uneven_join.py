@@ -11,7 +11,6 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -23,7 +22,6 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
 
 
 def batches_of(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -43,6 +41,8 @@ def train_uneven(model: DDP, optimizer: torch.optim.Optimizer, batches, device: 
             optimizer.step()
             steps += 1
     return steps  # reached on every rank once the last one runs out
+
+
 # --8<-- [end:join]
 
 
@@ -61,10 +61,11 @@ def what_join_computes(model: nn.Module, world: int, lr: float) -> nn.Module:
             for p in model.parameters():
                 p -= lr * p.grad
     return model
+
+
 # --8<-- [end:expected]
 
 
-# --8<-- [start:main]
 def main() -> None:
     device = setup()
     try:
@@ -91,4 +92,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-# --8<-- [end:main]

@@ -9,7 +9,6 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-# --8<-- [start:setup]
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -21,7 +20,6 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
-# --8<-- [end:setup]
 
 
 # --8<-- [start:model]
@@ -37,6 +35,8 @@ class TwoPath(nn.Module):
         if use_extra:
             x = x + torch.relu(self.extra(x))
         return self.head(x)
+
+
 # --8<-- [end:model]
 
 
@@ -67,6 +67,8 @@ def without_find_unused(device: torch.device) -> str:
     except RuntimeError as error:
         return str(error)
     raise AssertionError("expected DDP to raise")
+
+
 # --8<-- [end:error]
 
 
@@ -87,10 +89,11 @@ def with_fixes(device: torch.device) -> None:
     fixed = wrap(device, static_graph=True)  # the same unused set every step: learned once, in step 1
     train(fixed, device, [False] * 4)
     assert fixed.module.extra.weight.grad is None  # never used, never reduced
+
+
 # --8<-- [end:fixes]
 
 
-# --8<-- [start:main]
 def main() -> None:
     device = setup()
     try:
@@ -109,4 +112,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-# --8<-- [end:main]

@@ -23,6 +23,8 @@ def per_replica_grads(module: nn.Module) -> list[list[torch.Tensor]]:
     """Each replica (an exact copy) gets its own 32 / 4 = 8 samples."""
     shards = zip(x.chunk(world_size), y.chunk(world_size))
     return [grads(copy.deepcopy(module), xs, ys) for xs, ys in shards]
+
+
 # --8<-- [end:setup]
 
 
@@ -44,9 +46,7 @@ print(f"{world_size} shards: averaged gradients == full-batch gradients")
 # --8<-- [start:batchnorm]
 # The equality needs each sample's loss to depend on that sample only.
 # BatchNorm mixes samples: every shard computes its own mean and variance.
-bn_model = nn.Sequential(
-    nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1)
-)
+bn_model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
 bn_full = grads(bn_model, x, y)
 bn_avg = [torch.stack(g).mean(dim=0) for g in zip(*per_replica_grads(bn_model))]
 gap = max((a - f).abs().max().item() for a, f in zip(bn_avg, bn_full))
