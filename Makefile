@@ -2,8 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+N ?= 20
 
-.PHONY: serve test build snippets site-tests clean
+.PHONY: serve test lint build snippets soak sync-copies clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,14 +15,24 @@ $(BIN)/.installed: pyproject.toml
 serve: $(BIN)/.installed  ## build and serve the site on http://127.0.0.1:8000
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
-test: $(BIN)/.installed  ## every snippet, then the site (strict build, parity, links, browser)
+test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser)
 	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed  ## ruff: lint and format check of every Python file
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 build: $(BIN)/.installed
 	$(BIN)/mkdocs build --strict
 
 snippets: $(BIN)/.installed  ## only the runnable examples (what a GPU box owner runs)
 	$(BIN)/python -m pytest snippets
+
+soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
+	$(BIN)/python tests/soak.py --runs $(N)
+
+sync-copies: $(BIN)/.installed  ## rewrite every setup() copy from snippets/ddp/train_torchrun.py
+	$(BIN)/python -m guidekit.copies --write
 
 clean:
 	rm -rf site .cache .pytest_cache artifacts
