@@ -79,18 +79,26 @@ def test_included_code_is_on_the_built_page(built_site, lang, name):
 def test_internal_links_and_anchors_resolve(built_site, lang):
     root = built_site if lang == "ko" else built_site / "en"
     files = [p for p in root.rglob("*.html") if lang == "en" or "en" not in p.relative_to(built_site).parts[:1]]
-    cache: dict[Path, Anchors] = {}
+    published = site_path()
+    parsed: dict[Path, Anchors] = {}
+
+    def anchors_of(path: Path) -> set[str]:
+        if path not in parsed:
+            parsed[path] = parse(path)
+        return parsed[path].ids
+
     broken = []
     for page in files:
-        for ref in parse(page).refs:
+        anchors_of(page)
+        for ref in parsed[page].refs:
             parts = urlsplit(ref)
             if parts.scheme or parts.netloc or ref.startswith(("mailto:", "javascript:", "data:")):
                 continue
             if parts.path.startswith("/"):  # absolute: valid only under the published path
-                if not parts.path.startswith(site_path() + "/"):
-                    broken.append(f"{page.relative_to(built_site)} -> {ref} (outside {site_path()}/)")
+                if not parts.path.startswith(published + "/"):
+                    broken.append(f"{page.relative_to(built_site)} -> {ref} (outside {published}/)")
                     continue
-                target = built_site / unquote(parts.path.removeprefix(site_path() + "/"))
+                target = built_site / unquote(parts.path.removeprefix(published + "/"))
             else:
                 target = page if not parts.path else (page.parent / unquote(parts.path)).resolve()
             if parts.path.endswith("/") or target.is_dir():
@@ -98,10 +106,9 @@ def test_internal_links_and_anchors_resolve(built_site, lang):
             if not target.is_file():
                 broken.append(f"{page.relative_to(built_site)} -> {ref}")
                 continue
-            if parts.fragment and target.suffix == ".html":
-                anchors = cache.setdefault(target, parse(target))
-                if unquote(parts.fragment) not in anchors.ids:
-                    broken.append(f"{page.relative_to(built_site)} -> {ref} (no such anchor)")
+            fragment = unquote(parts.fragment)
+            if fragment and target.suffix == ".html" and fragment not in anchors_of(target):
+                broken.append(f"{page.relative_to(built_site)} -> {ref} (no such anchor)")
     assert not broken, "\n".join(broken[:30])
 
 
