@@ -3,12 +3,13 @@
 
 import copy
 import os
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile
 
 
 def setup() -> torch.device:
@@ -24,14 +25,15 @@ def setup() -> torch.device:
     return device
 
 
-# --8<-- [start:hook]
-def counting_allreduce(calls: list[int], bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default all-reduce (average), plus a note of every bucket it reduces."""
-    calls.append(bucket.index())
-    return default_hooks.allreduce_hook(None, bucket)
+# --8<-- [start:count]
+def count_allreduces(step: Callable[[], None]) -> int:
+    """Run `step` under the profiler; every all-reduce DDP launches is one c10d::allreduce_ op, on any backend."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(row.count for row in prof.key_averages() if row.key == "c10d::allreduce_")
 
 
-# --8<-- [end:hook]
+# --8<-- [end:count]
 
 
 # --8<-- [start:accumulate]
@@ -76,24 +78,20 @@ def main() -> None:
         nn.functional.mse_loss(reference(x), y).backward()
 
         model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-        calls: list[int] = []
-        model.register_comm_hook(calls, counting_allreduce)
         mine = list(zip(x[rank::world].chunk(steps), y[rank::world].chunk(steps)))  # this rank's micro-batches
 
-        accumulate(model, mine)
-        buckets = len(set(calls))
-        assert len(calls) == buckets  # each bucket reduced once, not once per micro-batch
+        synced = count_allreduces(lambda: accumulate(model, mine))
+        assert synced == 1  # one bucket (a small model), reduced once, not once per micro-batch
         for got, want in zip(grads(model.module), grads(reference)):
             torch.testing.assert_close(got, want)  # == one big-batch step over all ranks' data
 
         model.zero_grad()
-        calls.clear()
-        forward_outside(model, mine)
-        assert len(calls) == steps * buckets  # no_sync() around backward only: every micro-batch synced
+        unsynced = count_allreduces(lambda: forward_outside(model, mine))
+        assert unsynced == steps  # no_sync() around backward only: every micro-batch synced
         if rank == 0:
             print(
-                f"no_sync around forward+backward: {buckets} all-reduce(s) for {steps} micro-batches; "
-                f"around backward only: {len(calls)}; gradients equal the big-batch step"
+                f"no_sync around forward+backward: {synced} all-reduce for {steps} micro-batches; "
+                f"around backward only: {unsynced}; gradients equal the big-batch step"
             )
     finally:
         dist.destroy_process_group()
