@@ -29,12 +29,23 @@ def torch_version() -> str:
     return torch.__version__
 
 
-def one_run(junit: Path, extra: list[str]) -> tuple[dict[str, str], float]:
-    """Outcome per snippet ('passed', 'failed', 'skipped') of one `pytest snippets` run, and its seconds."""
+LOGS = ROOT / "artifacts" / "soak"
+
+
+def one_run(junit: Path, log: Path, extra: list[str]) -> tuple[dict[str, str], float]:
+    """Outcome per snippet ('passed', 'failed', 'skipped') of one `pytest snippets` run, and its seconds.
+
+    The run's output is kept in `log` only if something failed, so every failure can be read afterwards.
+    """
     started = time.monotonic()
-    cmd = [sys.executable, "-m", "pytest", "snippets", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
-    subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    cmd = [sys.executable, "-m", "pytest", "snippets", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - started
+    if run.returncode != 0:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(run.stdout + run.stderr, encoding="utf-8")
+    if not junit.is_file():  # pytest itself broke: count it, never skip it
+        return {"(pytest run)": "failed"}, seconds
     outcomes = {}
     for case in ET.parse(junit).iter("testcase"):
         name = f"{case.get('classname', '').replace('.', '/')}.py"
@@ -57,13 +68,18 @@ def main() -> int:
     durations, failed_runs = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(1, args.runs + 1):
-            outcomes, seconds = one_run(Path(tmp) / f"run{i}.xml", args.pytest_args)
+            outcomes, seconds = one_run(
+                Path(tmp) / f"run{i}.xml", LOGS / f"torch{version}-run{i}.log", args.pytest_args
+            )
             durations.append(round(seconds, 1))
             for name, outcome in outcomes.items():
                 {"failed": failures, "passed": passed, "skipped": skipped}[outcome][name] += 1
             bad = sorted(n for n, o in outcomes.items() if o == "failed")
             failed_runs += bool(bad)
-            print(f"run {i}/{args.runs}: {len(outcomes)} snippets, {len(bad)} failed, {seconds:.0f} s {' '.join(bad)}")
+            note = f" (log: {(LOGS / f'torch{version}-run{i}.log').relative_to(ROOT)})" if bad else ""
+            print(
+                f"run {i}/{args.runs}: {len(outcomes)} snippets, {len(bad)} failed, {seconds:.0f} s {' '.join(bad)}{note}"
+            )
             sys.stdout.flush()
     summary = {
         "torch": version,
