@@ -102,8 +102,13 @@ def train(model, cfg, width, device, rank=0, world=1, sync=True):
 # --8<-- [end:timing]
 
 
+def ring_factor(world: int) -> float:
+    """Bytes each link carries in a ring all-reduce, per byte of the message: 2(n-1)/n (nccl-tests' busbw factor)."""
+    return 2 * (world - 1) / world
+
+
 def bench_allreduce(world: int, device: torch.device, max_bytes: int) -> list[dict]:
-    """nccl-tests style: algbw = bytes / time, busbw = algbw * 2(n-1)/n (comparable with the link rate)."""
+    """nccl-tests style: algbw = bytes / time, busbw = algbw * ring_factor (comparable with the link rate)."""
     rows, size = [], 4096
     while size <= max_bytes:
         buf = torch.zeros(size // 4, device=device)
@@ -127,7 +132,7 @@ def bench_allreduce(world: int, device: torch.device, max_bytes: int) -> list[di
                 bytes=size,
                 time_us=sec.item() * 1e6,
                 algbw_gbs=algbw,
-                busbw_gbs=algbw * 2 * (world - 1) / world,
+                busbw_gbs=algbw * ring_factor(world),
             )
         )
         size *= 2
@@ -254,7 +259,7 @@ def predict(compute_ms: float, buckets: list[int], world: int, allreduce: list[d
     """
     if world == 1 or not buckets:
         return dict(comm_ms=0.0, no_overlap_ms=compute_ms, overlap_ms=compute_ms)
-    t = [2 * (world - 1) / world * b / (busbw_at(allreduce, b) * 1e9) * 1e3 for b in buckets]
+    t = [ring_factor(world) * b / (busbw_at(allreduce, b) * 1e9) * 1e3 for b in buckets]
     comm = sum(t)
     return dict(comm_ms=comm, no_overlap_ms=compute_ms + comm, overlap_ms=max(compute_ms, comm - t[-1]) + t[-1])
 

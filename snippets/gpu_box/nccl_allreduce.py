@@ -10,7 +10,7 @@ from allreduce_bw import setup, sweep  # the sibling program in this folder: sam
 LINK_GBPS = {  # per direction; busbw is comparable with these
     "NVLink4 (H100/H200: 900 GB/s both directions)": 450,
     "PCIe Gen5 x16": 63,
-    "PCIe Gen4 x16": 32,
+    "PCIe Gen4 x16": 31.5,  # 16 GT/s x 16 lanes, 128b/130b: the same rates as snippets/benchmark
 }
 MIN_BUSBW_GBPS = 2  # below this NCCL is on a broken path (sockets, no P2P/SHM), not merely a slow link
 MAX_BUSBW_GBPS = 2000  # above any NVLink generation: the timing itself is wrong
