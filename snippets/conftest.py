@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from guidekit.spec import Spec, is_snippet, parse_spec
 
 OUTPUT_TAIL_LINES = 150
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
+RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
 
 
 def free_port() -> int:
@@ -40,9 +43,10 @@ def command_for(spec: Spec, port: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
-def snippet_env(port: int) -> dict[str, str]:
+def snippet_env(port: int, tag: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
+        {RUN_TAG: tag},
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         OMP_NUM_THREADS="1",  # one thread per rank: ranks share few cores
@@ -83,28 +87,35 @@ class SnippetItem(pytest.Item):
                 self.add_marker(pytest.mark.skip(reason=reason))
 
     def runtest(self) -> None:
-        port = free_port()
-        proc = subprocess.Popen(
-            command_for(self.spec, port),
-            cwd=self.config.rootpath,
-            env=snippet_env(port),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # its own process group, so a timeout kills every rank
-        )
-        try:
-            output, _ = proc.communicate(timeout=self.spec.timeout_s)
-        except subprocess.TimeoutExpired:
-            output = stop_tree(proc)
-            raise SnippetFailed(
-                f"timed out after {self.spec.timeout_s:g} s (all its processes killed)", output
-            ) from None
-        finally:
-            kill_group(proc.pid)
+        port, tag = free_port(), uuid.uuid4().hex
+        with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: a leftover process cannot hold it open
+            proc = subprocess.Popen(
+                command_for(self.spec, port),
+                cwd=self.config.rootpath,
+                env=snippet_env(port, tag),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,  # its own process group, so a timeout kills every rank
+            )
+            try:
+                proc.wait(timeout=self.spec.timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                stop_tree(proc)
+                timed_out = True
+            finally:
+                kill_group(proc.pid)
+                left = kill_tagged(tag)
+            log.seek(0)
+            output = log.read()
         self.add_report_section("call", "output", output)
+        if timed_out:
+            raise SnippetFailed(f"timed out after {self.spec.timeout_s:g} s (all its processes killed)", output)
         if proc.returncode != 0:
             raise SnippetFailed(f"exited with code {proc.returncode}", output)
+        if left:
+            raise SnippetFailed(f"exited 0 but left {len(left)} process(es) running (now killed): {left}", output)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, SnippetFailed):
@@ -137,6 +148,25 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def kill_tagged(tag: str) -> list[str]:
+    """SIGKILL every process whose environment carries this run's tag (the command lines of those it found).
+
+    A rank whose launcher died is reparented to init and out of reach of the process tree; the tag still finds it.
+    """
+    needle = f"{RUN_TAG}={tag}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle not in environ.read_bytes().split(b"\0"):
+                continue
+            cmdline = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            os.kill(int(environ.parent.name), signal.SIGKILL)
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+        found.append(cmdline.strip())
+    return found
+
+
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(pgid, sig)
@@ -144,25 +174,21 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def stop_tree(proc: subprocess.Popen) -> str:
-    """SIGTERM the launcher (torchrun then stops its ranks), SIGKILL whatever is left; return the output."""
+def stop_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM the launcher (torchrun then stops its ranks), SIGKILL whatever is left."""
     tree = descendants(proc.pid)
     kill_group(proc.pid, signal.SIGTERM)
     try:
-        return proc.communicate(timeout=GRACE_S)[0]
+        proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
         pass
-    finally:
-        for pid in tree | descendants(proc.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        kill_group(proc.pid)
-    try:
-        return proc.communicate(timeout=GRACE_S)[0]
-    except subprocess.TimeoutExpired:
-        return "(output lost: a process outside the snippet's tree holds its pipe)"
+    for pid in tree | descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    kill_group(proc.pid)
+    proc.wait()
 
 
 class SnippetFile(pytest.File):

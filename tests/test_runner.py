@@ -12,6 +12,7 @@ import pytest
 from guidekit import ROOT
 
 HANG_MARKER = "planted-hang-7c1e"  # found in the command line of any rank that outlives its timeout
+ORPHAN_MARKER = "planted-orphan-3b9d"  # the command line of a process a snippet leaves behind
 PLANTED = {
     "passes.py": "assert 1 + 1 == 2\nprint('ok')\n",
     "fails.py": "print('before the failure')\nassert 1 + 1 == 3, 'planted wrong result'\n",
@@ -25,6 +26,15 @@ PLANTED = {
         assert dist.get_world_size() == 2
         print(f"rank {dist.get_rank()} ready")
         dist.destroy_process_group()
+        """
+    ),
+    # Exits 0 but leaves a process running in a session of its own, out of reach of the snippet's process tree.
+    "leaves_orphan.py": textwrap.dedent(
+        f"""\
+        import subprocess, sys
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{ORPHAN_MARKER}"],
+                         start_new_session=True)
+        print("started a process and left")
         """
     ),
     # Two ranks that never finish: rank 0 waits at a barrier rank 1 never reaches.
@@ -112,6 +122,13 @@ def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(outcomes):
     assert outcome == "failed" and "timed out after 20 s (all its processes killed)" in text
     survivors = subprocess.run(["pgrep", "-f", HANG_MARKER], capture_output=True, text=True).stdout
     assert not survivors.strip(), f"ranks outlived the timeout: {survivors}"
+
+
+def test_a_snippet_that_leaves_a_process_running_fails_and_the_process_is_killed(outcomes):
+    outcome, text = outcomes["leaves_orphan"]
+    assert outcome == "failed" and "exited 0 but left 1 process(es) running (now killed)" in text
+    survivors = subprocess.run(["pgrep", "-f", ORPHAN_MARKER], capture_output=True, text=True).stdout
+    assert not survivors.strip(), f"the orphan survived: {survivors}"
 
 
 def test_missing_gpus_skip_with_a_visible_reason(outcomes):

@@ -29,8 +29,13 @@ def run_together(commands: list[list[str]], envs: list[dict], timeout_s: float) 
                 break
             time.sleep(0.2)
     finally:
-        for p in procs:  # each in its own session: kill it with everything it started
+        for p in procs:  # SIGTERM first: torchrun then stops its workers, which run in sessions of their own
             if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=40)  # torchrun gives its workers 30 s before it SIGKILLs them
+            except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     outputs = []
