@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from guidekit.spec import Spec, is_snippet, parse_spec
 
 OUTPUT_TAIL_LINES = 150
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
+LEFTOVER_GRACE_S = 10  # after a clean exit: time for helper processes to notice and exit on their own
 RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
 
 
@@ -98,15 +100,15 @@ class SnippetItem(pytest.Item):
                 text=True,
                 start_new_session=True,  # its own process group, so a timeout kills every rank
             )
+            timed_out = True  # until the program is seen to exit
             try:
                 proc.wait(timeout=self.spec.timeout_s)
                 timed_out = False
             except subprocess.TimeoutExpired:
                 stop_tree(proc)
-                timed_out = True
             finally:
                 kill_group(proc.pid)
-                left = kill_tagged(tag)
+                left = kill_tagged(tag, grace_s=0 if timed_out else LEFTOVER_GRACE_S)
             log.seek(0)
             output = log.read()
         self.add_report_section("call", "output", output)
@@ -148,23 +150,35 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def kill_tagged(tag: str) -> list[str]:
-    """SIGKILL every process whose environment carries this run's tag (the command lines of those it found).
+def tagged(tag: str) -> dict[int, str]:
+    """pid -> command line of every live process whose environment carries this run's tag.
 
     A rank whose launcher died is reparented to init and out of reach of the process tree; the tag still finds it.
     """
     needle = f"{RUN_TAG}={tag}".encode()
-    found = []
+    found = {}
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
-            if needle not in environ.read_bytes().split(b"\0"):
-                continue
-            cmdline = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            os.kill(int(environ.parent.name), signal.SIGKILL)
-        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            if needle in environ.read_bytes().split(b"\0"):
+                cmdline = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                found[int(environ.parent.name)] = cmdline.decode(errors="replace").strip()
+        except (OSError, ValueError):  # gone meanwhile, a zombie, or not ours to read
             continue
-        found.append(cmdline.strip())
     return found
+
+
+def kill_tagged(tag: str, grace_s: float) -> list[str]:
+    """Give the run's leftover processes grace_s to exit on their own (multiprocessing's resource tracker exits
+    when its parent has), then SIGKILL the rest; return the command lines of those that had to be killed."""
+    deadline = time.monotonic() + grace_s
+    while (left := tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return sorted(left.values())
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -65,34 +66,39 @@ def grads(module: nn.Module) -> list[torch.Tensor]:
 
 
 # --8<-- [start:main]
+def compare(device: torch.device) -> None:
+    """Accumulate with no_sync() the right way and the wrong way; check gradients and all-reduce counts."""
+    rank, world, steps = dist.get_rank(), dist.get_world_size(), 4
+    torch.manual_seed(0)  # same model and same global batch on every rank
+    net = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 4)).to(device)
+    x = torch.randn(world * steps * 8, 16, device=device)  # global batch: 2 ranks x 4 micro-batches x 8
+    y = torch.randn(len(x), 4, device=device)
+
+    reference = copy.deepcopy(net)  # one process, one step over the whole global batch
+    nn.functional.mse_loss(reference(x), y).backward()
+
+    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+    mine = list(zip(x[rank::world].chunk(steps), y[rank::world].chunk(steps)))  # this rank's micro-batches
+
+    synced = count_allreduces(lambda: accumulate(model, mine))
+    assert synced == 1  # one bucket (a small model), reduced once, not once per micro-batch
+    for got, want in zip(grads(model.module), grads(reference)):
+        torch.testing.assert_close(got, want)  # == one big-batch step over all ranks' data
+
+    model.zero_grad()
+    unsynced = count_allreduces(lambda: forward_outside(model, mine))
+    assert unsynced == steps  # no_sync() around backward only: every micro-batch synced
+    if rank == 0:
+        print(
+            f"no_sync around forward+backward: {synced} all-reduce for {steps} micro-batches; "
+            f"around backward only: {unsynced}; gradients equal the big-batch step"
+        )
+
+
 def main() -> None:
     device = setup()
     try:
-        rank, world, steps = dist.get_rank(), dist.get_world_size(), 4
-        torch.manual_seed(0)  # same model and same global batch on every rank
-        net = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 4)).to(device)
-        x = torch.randn(world * steps * 8, 16, device=device)  # global batch: 2 ranks x 4 micro-batches x 8
-        y = torch.randn(len(x), 4, device=device)
-
-        reference = copy.deepcopy(net)  # one process, one step over the whole global batch
-        nn.functional.mse_loss(reference(x), y).backward()
-
-        model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-        mine = list(zip(x[rank::world].chunk(steps), y[rank::world].chunk(steps)))  # this rank's micro-batches
-
-        synced = count_allreduces(lambda: accumulate(model, mine))
-        assert synced == 1  # one bucket (a small model), reduced once, not once per micro-batch
-        for got, want in zip(grads(model.module), grads(reference)):
-            torch.testing.assert_close(got, want)  # == one big-batch step over all ranks' data
-
-        model.zero_grad()
-        unsynced = count_allreduces(lambda: forward_outside(model, mine))
-        assert unsynced == steps  # no_sync() around backward only: every micro-batch synced
-        if rank == 0:
-            print(
-                f"no_sync around forward+backward: {synced} all-reduce for {steps} micro-batches; "
-                f"around backward only: {unsynced}; gradients equal the big-batch step"
-            )
+        compare(device)  # the DDP model lives and dies in here, before the group goes
     finally:
         dist.destroy_process_group()
 
