@@ -1,20 +1,20 @@
 """Passed, then aborted at exit: gloo's threads outlive destroy_process_group() while anything holds the group."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/debugging/exit_abort.py
 
+import os
 from pathlib import Path
 
 import torch
-import torch._dynamo  # before init_process_group, not later (see the page)
+import torch._dynamo  # before init_process_group, not later: see the page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 # --8<-- [start:threads]
-def gloo_threads() -> int:
-    """gloo's worker threads in this process (Linux names them pt_gloo_runloop)."""
-    tasks = Path("/proc/self/task").iterdir()
-    return sum((task / "comm").read_text().strip() == "pt_gloo_runloop" for task in tasks)
+def threads() -> set[int]:
+    """The ids of this process's threads (Linux)."""
+    return {int(task.name) for task in Path("/proc/self/task").iterdir()}
 
 
 # --8<-- [end:threads]
@@ -29,17 +29,19 @@ def train(model: nn.Module) -> None:
 
 
 def main() -> None:
-    dist.init_process_group("gloo")  # this failure is gloo's: it runs on CPU on every machine
-    rank = dist.get_rank()
     # --8<-- [start:teardown]
+    before = threads()
+    dist.init_process_group("gloo")  # this failure is gloo's: it runs on CPU on every machine
+    gloo = threads() - before  # started by the group: gloo's network loop and its workers
     model = DDP(nn.Linear(8, 8))
     train(model)
-    running = gloo_threads()
+    running = len(gloo & threads())
     dist.destroy_process_group()
-    kept = gloo_threads()  # the DDP model still references the group: nothing was joined
+    kept = len(gloo & threads())  # the DDP model still references the group: nothing was joined
     del model  # the last reference: the group's destructor joins gloo's threads
-    left = gloo_threads()
+    left = len(gloo & threads())
     # --8<-- [end:teardown]
+    rank = int(os.environ["RANK"])
     print(f"rank {rank}: gloo threads while training {running}, after destroy {kept}, after del model {left}")
     assert running > 0 and kept == running
     assert left == 0  # no gloo thread is alive when the interpreter shuts down
