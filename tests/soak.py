@@ -66,6 +66,24 @@ def main() -> int:
     passed: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     durations, failed_runs = [], 0
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+    def summary(done: int) -> dict:
+        return {
+            "torch": version,
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+            "started": started,
+            "runs_planned": args.runs,
+            "runs": done,
+            "snippets": len(set(passed) | set(failures) | set(skipped)),
+            "runs_with_a_failure": failed_runs,
+            "failures": dict(sorted(failures.items())),
+            "skipped": dict(sorted(skipped.items())),
+            "seconds_per_run": durations,
+        }
+
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(1, args.runs + 1):
             outcomes, seconds = one_run(
@@ -81,21 +99,11 @@ def main() -> int:
                 f"run {i}/{args.runs}: {len(outcomes)} snippets, {len(bad)} failed, {seconds:.0f} s {' '.join(bad)}{note}"
             )
             sys.stdout.flush()
-    summary = {
-        "torch": version,
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
-        "date": datetime.date.today().isoformat(),
-        "runs": args.runs,
-        "snippets": len(set(passed) | set(failures) | set(skipped)),
-        "runs_with_a_failure": failed_runs,
-        "failures": dict(sorted(failures.items())),
-        "skipped": dict(sorted(skipped.items())),
-        "seconds_per_run": durations,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    print(f"torch {version}: {args.runs} runs of {summary['snippets']} snippets, {sum(failures.values())} failures")
+            # written after every run: an interrupted soak still leaves its record
+            out.write_text(json.dumps(summary(i), indent=1) + "\n", encoding="utf-8")
+    print(
+        f"torch {version}: {args.runs} runs of {summary(args.runs)['snippets']} snippets, {sum(failures.values())} failures"
+    )
     for name, count in sorted(failures.items()):
         print(f"  {name}: failed {count}/{args.runs}")
     print(f"summary: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
