@@ -7,6 +7,7 @@
 import os
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from train_torchrun import assert_replicas_equal, train  # the same training code

@@ -4,6 +4,7 @@ import copy
 import tempfile
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
