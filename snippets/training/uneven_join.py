@@ -5,7 +5,6 @@ import copy
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.join import Join
