@@ -8,19 +8,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from _mesh import setup_mesh
+from pipeline import make_model, stage_layers  # the same model and split as the GPipe program (same folder)
 from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
-
-
-def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same full model on every rank: each keeps only its stages
-    layers = [nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)]
-    return nn.Sequential(*layers, nn.Linear(32, 8))
-
-
-def stage_layers(model: nn.Sequential, index: int, stages: int) -> nn.Sequential:
-    """Stage i holds a contiguous run of layers, [i*n/s, (i+1)*n/s)."""
-    n = len(model)
-    return model[index * n // stages : (index + 1) * n // stages]
 
 
 def main() -> None:
