@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
@@ -183,6 +184,45 @@ def run_single_modes(cfg, width, device, tmp: Path) -> list[dict]:
     return rows
 
 
+def measure(rank: int, world: int, cfg: dict, tmp: Path, device: torch.device) -> dict:
+    """This rank's figures at one world size; every DDP model lives and dies in here."""
+    out = dict(world_size=world, backend=dist.get_backend(), device=str(device), runs=[], allreduce=[])
+    if world > 1:
+        out["allreduce"] = bench_allreduce(world, device, cfg["ar_max_bytes"])
+    for width in cfg["widths"]:
+        if world == 1:
+            out["runs"] += [dict(r, width=width) for r in run_single_modes(cfg, width, device, tmp)]
+        ids = [device.index] if device.type == "cuda" else None
+        # Compute only: the same DDP step under no_sync, all ranks busy at once (contention included).
+        compute = train(
+            DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids),
+            cfg,
+            width,
+            device,
+            rank,
+            world,
+            sync=False,
+        )
+        reset_peak(device)
+        model = DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids)
+        ms = train(model, cfg, width, device, rank, world)
+        info = model._get_ddp_logging_data()  # private API: bytes per bucket, in all-reduce order
+        buckets = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes", "")
+        single = torch.load(tmp / f"single-{width}.pt", weights_only=True)
+        out["runs"].append(
+            dict(
+                mode="DDP",
+                width=width,
+                ms=ms,
+                compute_ms=compute,
+                mem=peak_mem_mib(device),
+                buckets=[int(b) for b in str(buckets).split(",") if b.strip()],
+                weights_match=bool(torch.allclose(flat_params(model.module), single, rtol=1e-4, atol=1e-5)),
+            )
+        )
+    return out
+
+
 def worker(rank: int, world: int, cfg: dict, tmp: str) -> None:
     tmp = Path(tmp)
     if torch.cuda.is_available() and torch.cuda.device_count() >= world:
@@ -198,40 +238,7 @@ def worker(rank: int, world: int, cfg: dict, tmp: str) -> None:
         backend, init_method=init, rank=rank, world_size=world, device_id=device if backend == "nccl" else None
     )
     try:
-        out = dict(world_size=world, backend=backend, device=str(device), runs=[], allreduce=[])
-        if world > 1:
-            out["allreduce"] = bench_allreduce(world, device, cfg["ar_max_bytes"])
-        for width in cfg["widths"]:
-            if world == 1:
-                out["runs"] += [dict(r, width=width) for r in run_single_modes(cfg, width, device, tmp)]
-            ids = [device.index] if device.type == "cuda" else None
-            # Compute only: the same DDP step under no_sync, all ranks busy at once (contention included).
-            compute = train(
-                DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids),
-                cfg,
-                width,
-                device,
-                rank,
-                world,
-                sync=False,
-            )
-            reset_peak(device)
-            model = DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids)
-            ms = train(model, cfg, width, device, rank, world)
-            info = model._get_ddp_logging_data()  # private API: bytes per bucket, in all-reduce order
-            buckets = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes", "")
-            single = torch.load(tmp / f"single-{width}.pt", weights_only=True)
-            out["runs"].append(
-                dict(
-                    mode="DDP",
-                    width=width,
-                    ms=ms,
-                    compute_ms=compute,
-                    mem=peak_mem_mib(device),
-                    buckets=[int(b) for b in str(buckets).split(",") if b.strip()],
-                    weights_match=bool(torch.allclose(flat_params(model.module), single, rtol=1e-4, atol=1e-5)),
-                )
-            )
+        out = measure(rank, world, cfg, tmp, device)
         if rank == 0:
             (tmp / f"world-{world}.json").write_text(json.dumps(out))
     finally:

@@ -1,4 +1,4 @@
-"""Passed, then aborted at exit: gloo's threads outlive destroy_process_group() while anything holds the group."""
+"""Passed, then aborted (or hung) at exit: let go of the DDP model, then destroy_process_group() frees the group."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/debugging/exit_abort.py
 
 import os
@@ -28,22 +28,35 @@ def train(model: nn.Module) -> None:
         optimizer.step()
 
 
+def held_group_outlives_destroy() -> tuple[int, int, int]:
+    """destroy_process_group(g) joins gloo's threads only if it drops the last reference to g."""
+    before = threads()
+    sub = dist.new_group()  # a second gloo group, with threads of its own
+    started = threads() - before
+    dist.destroy_process_group(sub)  # `sub` still holds it, as a DDP model or a DeviceMesh would
+    kept = len(started & threads())
+    del sub  # a plain Python reference lets go with the GIL released; a DDP model does not
+    return len(started), kept, len(started & threads())
+
+
 def main() -> None:
-    # --8<-- [start:teardown]
     before = threads()
     dist.init_process_group("gloo")  # this failure is gloo's: it runs on CPU on every machine
     gloo = threads() - before  # started by the group: gloo's network loop and its workers
+    started, kept, joined = held_group_outlives_destroy()
+    assert kept == started > 0 and joined == 0
+    # --8<-- [start:teardown]
     model = DDP(nn.Linear(8, 8))
     train(model)
-    running = len(gloo & threads())
-    dist.destroy_process_group()
-    kept = len(gloo & threads())  # the DDP model still references the group: nothing was joined
-    del model  # the last reference: the group's destructor joins gloo's threads
+    running = len(gloo & threads())  # gloo: the threads init_process_group() started
+    del model  # first: DDP holds the group, and must not be the one to drop it last
+    dist.destroy_process_group()  # drops the last reference: joins gloo's threads, GIL released
     left = len(gloo & threads())
     # --8<-- [end:teardown]
     rank = int(os.environ["RANK"])
-    print(f"rank {rank}: gloo threads while training {running}, after destroy {kept}, after del model {left}")
-    assert running > 0 and kept == running
+    print(f"rank {rank}: a held group: {started} threads, {kept} after destroy, {joined} after del")
+    print(f"rank {rank}: gloo threads while training {running}, after del model + destroy {left}")
+    assert running > 0
     assert left == 0  # no gloo thread is alive when the interpreter shuts down
 
 

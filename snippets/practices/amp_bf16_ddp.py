@@ -23,39 +23,43 @@ def setup() -> torch.device:
     return device
 
 
+def run(device: torch.device) -> None:
+    true_w = torch.randn(16, 4, generator=torch.Generator().manual_seed(0)).to(device)  # one task for all
+    torch.manual_seed(dist.get_rank())  # each rank draws its own samples of it
+    x = torch.randn(256, 16, device=device)
+    y = (x @ true_w).tanh()
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 4)).to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(ddp_model.parameters(), lr=1e-2)
+
+    losses = []
+    for step in range(60):
+        optimizer.zero_grad(set_to_none=True)
+        # --8<-- [start:step]
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):  # forward + loss only
+            out = ddp_model(x)  # Linear layers run in bf16
+            loss = nn.functional.mse_loss(out, y)  # autocast runs mse_loss in fp32
+        loss.backward()  # outside autocast; DDP all-reduces fp32 grads here
+        optimizer.step()  # fp32 master weights, no GradScaler: bf16 has fp32's range
+        # --8<-- [end:step]
+        losses.append(loss.item())
+        if step == 0:
+            # --8<-- [start:dtypes]
+            assert out.dtype == torch.bfloat16, out.dtype  # autocast output of a matmul
+            assert loss.dtype == torch.float32, loss.dtype
+            assert all(p.dtype == torch.float32 for p in ddp_model.parameters())  # params never cast
+            assert all(p.grad.dtype == torch.float32 for p in ddp_model.parameters())  # grads match params
+            # --8<-- [end:dtypes]
+    assert ddp_model(x).dtype == torch.float32, "outside autocast the model runs in fp32 again"
+    assert losses[-1] < 0.5 * losses[0], f"loss did not fall: {losses[0]:.4f} -> {losses[-1]:.4f}"
+    if dist.get_rank() == 0:
+        print(f"bf16 autocast on {device.type}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+
+
 def main() -> None:
     device = setup()
     try:
-        true_w = torch.randn(16, 4, generator=torch.Generator().manual_seed(0)).to(device)  # one task for all
-        torch.manual_seed(dist.get_rank())  # each rank draws its own samples of it
-        x = torch.randn(256, 16, device=device)
-        y = (x @ true_w).tanh()
-        model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 4)).to(device)
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-        optimizer = torch.optim.AdamW(ddp_model.parameters(), lr=1e-2)
-
-        losses = []
-        for step in range(60):
-            optimizer.zero_grad(set_to_none=True)
-            # --8<-- [start:step]
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16):  # forward + loss only
-                out = ddp_model(x)  # Linear layers run in bf16
-                loss = nn.functional.mse_loss(out, y)  # autocast runs mse_loss in fp32
-            loss.backward()  # outside autocast; DDP all-reduces fp32 grads here
-            optimizer.step()  # fp32 master weights, no GradScaler: bf16 has fp32's range
-            # --8<-- [end:step]
-            losses.append(loss.item())
-            if step == 0:
-                # --8<-- [start:dtypes]
-                assert out.dtype == torch.bfloat16, out.dtype  # autocast output of a matmul
-                assert loss.dtype == torch.float32, loss.dtype
-                assert all(p.dtype == torch.float32 for p in ddp_model.parameters())  # params never cast
-                assert all(p.grad.dtype == torch.float32 for p in ddp_model.parameters())  # grads match params
-                # --8<-- [end:dtypes]
-        assert ddp_model(x).dtype == torch.float32, "outside autocast the model runs in fp32 again"
-        assert losses[-1] < 0.5 * losses[0], f"loss did not fall: {losses[0]:.4f} -> {losses[-1]:.4f}"
-        if dist.get_rank() == 0:
-            print(f"bf16 autocast on {device.type}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+        run(device)  # every DDP model lives and dies in here, before the group goes
     finally:
         dist.destroy_process_group()
 

@@ -27,58 +27,62 @@ def setup() -> torch.device:
     return device
 
 
-def main() -> None:
-    device = setup()
+def run(device: torch.device) -> None:
     rank = dist.get_rank()
     out_dir = Path(os.environ.get("TRACE_DIR") or tempfile.mkdtemp(prefix="traces-"))  # TRACE_DIR keeps them
     out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(rank)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    x, y = torch.randn(128, 64, device=device), torch.randn(128, 64, device=device)
+
+    # --8<-- [start:profile]
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+
+    def on_trace_ready(prof) -> None:  # called at the end of each active window
+        prof.export_chrome_trace(str(out_dir / f"trace_rank{rank}_step{prof.step_num}.json"))
+
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=1, warmup=1, active=2, repeat=1),  # skip 1, warm 1, record 2
+        on_trace_ready=on_trace_ready,
+        record_shapes=True,
+    ) as prof:
+        for _ in range(5):
+            with record_function("## forward ##"):
+                loss = nn.functional.mse_loss(ddp_model(x), y)
+            with record_function("## backward ##"):  # DDP's all-reduce runs inside backward
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+            with record_function("## optimizer ##"):
+                optimizer.step()
+            prof.step()  # tell the schedule a step ended
+    # --8<-- [end:profile]
+
+    # --8<-- [start:check]
+    traces = sorted(out_dir.glob(f"trace_rank{rank}_*.json"))
+    assert len(traces) == 1, traces  # repeat=1: one active window, one file per rank
+    names = {e.get("name") for e in json.loads(traces[0].read_text())["traceEvents"]}
+    assert "## backward ##" in names, "record_function labels appear in the trace"
+    assert "c10d::allreduce_" in names, "DDP's gradient all-reduce, whatever the backend"
+    if dist.get_backend() == "gloo":
+        assert "gloo:all_reduce" in names, "gloo's own event, on its worker thread"
+    averages = prof.key_averages()  # one row per op name, over the active steps
+    assert {"## forward ##", "## optimizer ##"} <= {row.key for row in averages}
+    table = averages.table(sort_by="cpu_time_total", row_limit=8)
+    # --8<-- [end:check]
+    if rank == 0:
+        print(table)
+        print(f"trace written: {traces[0]}")
+
+
+def main() -> None:
+    device = setup()
     try:
-        torch.manual_seed(rank)
-        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to(device)
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
-        x, y = torch.randn(128, 64, device=device), torch.randn(128, 64, device=device)
-
-        # --8<-- [start:profile]
-        activities = [ProfilerActivity.CPU]
-        if device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-
-        def on_trace_ready(prof) -> None:  # called at the end of each active window
-            prof.export_chrome_trace(str(out_dir / f"trace_rank{rank}_step{prof.step_num}.json"))
-
-        with profile(
-            activities=activities,
-            schedule=schedule(wait=1, warmup=1, active=2, repeat=1),  # skip 1, warm 1, record 2
-            on_trace_ready=on_trace_ready,
-            record_shapes=True,
-        ) as prof:
-            for _ in range(5):
-                with record_function("## forward ##"):
-                    loss = nn.functional.mse_loss(ddp_model(x), y)
-                with record_function("## backward ##"):  # DDP's all-reduce runs inside backward
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                with record_function("## optimizer ##"):
-                    optimizer.step()
-                prof.step()  # tell the schedule a step ended
-        # --8<-- [end:profile]
-
-        # --8<-- [start:check]
-        traces = sorted(out_dir.glob(f"trace_rank{rank}_*.json"))
-        assert len(traces) == 1, traces  # repeat=1: one active window, one file per rank
-        names = {e.get("name") for e in json.loads(traces[0].read_text())["traceEvents"]}
-        assert "## backward ##" in names, "record_function labels appear in the trace"
-        assert "c10d::allreduce_" in names, "DDP's gradient all-reduce, whatever the backend"
-        if dist.get_backend() == "gloo":
-            assert "gloo:all_reduce" in names, "gloo's own event, on its worker thread"
-        averages = prof.key_averages()  # one row per op name, over the active steps
-        assert {"## forward ##", "## optimizer ##"} <= {row.key for row in averages}
-        table = averages.table(sort_by="cpu_time_total", row_limit=8)
-        # --8<-- [end:check]
-        if rank == 0:
-            print(table)
-            print(f"trace written: {traces[0]}")
+        run(device)  # every DDP model lives and dies in here, before the group goes
     finally:
         dist.destroy_process_group()
 

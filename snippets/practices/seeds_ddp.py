@@ -76,50 +76,54 @@ def batches(loader: DataLoader) -> list[torch.Tensor]:
     return list(loader)  # one batch per worker here: 4 items, batch_size 2, 2 workers
 
 
+def run(device: torch.device) -> None:
+    rank = dist.get_rank()
+    # --8<-- [start:init-sync]
+    seed_everything(rank)  # different seeds: each rank builds different initial weights
+    model = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.5), nn.Linear(32, 1)).to(device)
+    before = gather(flat_params(model))
+    assert not torch.equal(before[0], before[1]), "ranks should start from different random weights"
+
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    after = gather(flat_params(ddp_model.module))
+    assert all(torch.equal(after[0], a) for a in after), "DDP must broadcast rank 0's weights"
+    assert torch.equal(after[0], before[0])  # everyone now holds rank 0's initial weights
+    # --8<-- [end:init-sync]
+
+    # --8<-- [start:dropout]
+    ddp_model.train()
+    h = ddp_model.module[1](torch.ones(1, 32, device=device))  # the Dropout layer alone
+    masks = gather((h != 0).float())
+    assert not torch.equal(masks[0], masks[1]), "per-rank seeds give per-rank dropout masks"
+    # --8<-- [end:dropout]
+
+    # --8<-- [start:workers]
+    torch.manual_seed(BASE_SEED)  # the article's advice: one seed everywhere
+    w0, w1 = batches(DataLoader(RandomAugment(), batch_size=2, num_workers=2))
+    assert torch.equal(w0[:, 1], w1[:, 1]), "forked workers share the library RNG's state"
+    shared = gather(torch.cat([w0, w1]).to(device))
+    assert torch.equal(shared[0], shared[1]), "same seed on every rank: every rank augments identically"
+
+    def make_loader(rank: int) -> DataLoader:
+        g = torch.Generator().manual_seed(BASE_SEED + rank)  # draws each epoch's base_seed
+        return DataLoader(RandomAugment(), batch_size=2, num_workers=2, generator=g, worker_init_fn=seed_worker)
+
+    loader = make_loader(rank)
+    epoch0, epoch1 = torch.cat(batches(loader)), torch.cat(batches(loader))
+    assert not torch.equal(epoch0[:2, 1], epoch0[2:, 1]), "reseeded workers draw different numbers"
+    per_rank = gather(epoch0.to(device))
+    assert not torch.equal(per_rank[0], per_rank[1]), "per-rank generators: augmentation differs across ranks"
+    assert not torch.equal(epoch0, epoch1), "every epoch starts its workers from a new base_seed"
+    assert torch.equal(torch.cat(batches(make_loader(rank))), epoch0), "a new run repeats the first epoch"
+    # --8<-- [end:workers]
+    if rank == 0:
+        print("weights synced by DDP; dropout and worker randomness per rank, reproducible per run")
+
+
 def main() -> None:
     device = setup()
-    rank = dist.get_rank()
     try:
-        # --8<-- [start:init-sync]
-        seed_everything(rank)  # different seeds: each rank builds different initial weights
-        model = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.5), nn.Linear(32, 1)).to(device)
-        before = gather(flat_params(model))
-        assert not torch.equal(before[0], before[1]), "ranks should start from different random weights"
-
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-        after = gather(flat_params(ddp_model.module))
-        assert all(torch.equal(after[0], a) for a in after), "DDP must broadcast rank 0's weights"
-        assert torch.equal(after[0], before[0])  # everyone now holds rank 0's initial weights
-        # --8<-- [end:init-sync]
-
-        # --8<-- [start:dropout]
-        ddp_model.train()
-        h = ddp_model.module[1](torch.ones(1, 32, device=device))  # the Dropout layer alone
-        masks = gather((h != 0).float())
-        assert not torch.equal(masks[0], masks[1]), "per-rank seeds give per-rank dropout masks"
-        # --8<-- [end:dropout]
-
-        # --8<-- [start:workers]
-        torch.manual_seed(BASE_SEED)  # the article's advice: one seed everywhere
-        w0, w1 = batches(DataLoader(RandomAugment(), batch_size=2, num_workers=2))
-        assert torch.equal(w0[:, 1], w1[:, 1]), "forked workers share the library RNG's state"
-        shared = gather(torch.cat([w0, w1]).to(device))
-        assert torch.equal(shared[0], shared[1]), "same seed on every rank: every rank augments identically"
-
-        def make_loader(rank: int) -> DataLoader:
-            g = torch.Generator().manual_seed(BASE_SEED + rank)  # draws each epoch's base_seed
-            return DataLoader(RandomAugment(), batch_size=2, num_workers=2, generator=g, worker_init_fn=seed_worker)
-
-        loader = make_loader(rank)
-        epoch0, epoch1 = torch.cat(batches(loader)), torch.cat(batches(loader))
-        assert not torch.equal(epoch0[:2, 1], epoch0[2:, 1]), "reseeded workers draw different numbers"
-        per_rank = gather(epoch0.to(device))
-        assert not torch.equal(per_rank[0], per_rank[1]), "per-rank generators: augmentation differs across ranks"
-        assert not torch.equal(epoch0, epoch1), "every epoch starts its workers from a new base_seed"
-        assert torch.equal(torch.cat(batches(make_loader(rank))), epoch0), "a new run repeats the first epoch"
-        # --8<-- [end:workers]
-        if rank == 0:
-            print("weights synced by DDP; dropout and worker randomness per rank, reproducible per run")
+        run(device)  # every DDP model lives and dies in here, before the group goes
     finally:
         dist.destroy_process_group()
 

@@ -20,33 +20,37 @@ def setup_nccl() -> torch.device:
 
 
 # --8<-- [start:main]
+def run(device: torch.device) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.backends.cudnn.allow_tf32 = False  # exact convolutions: compare against full precision
+    torch.manual_seed(0)  # the same global batch and the same weights on every rank
+    net = nn.Sequential(nn.BatchNorm2d(3), nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).to(device)
+    one_gpu, local_bn = copy.deepcopy(net), copy.deepcopy(net)
+    batches = [torch.randn(world * 2, 3, 16, 16, device=device) + i for i in range(3)]  # 2 images per GPU
+
+    model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(net), device_ids=[device.index])
+    for x in batches:
+        model(x.chunk(world)[rank])  # this rank's 2 images
+        one_gpu(x)  # all images in one process: the statistics SyncBatchNorm must reproduce
+        local_bn(x.chunk(world)[rank])  # plain BatchNorm on this rank's slice only
+
+    for i in (0, 2):  # both BatchNorm layers
+        sync_bn, reference, plain = model.module[i], one_gpu[i], local_bn[i]
+        assert isinstance(sync_bn, nn.SyncBatchNorm)
+        torch.testing.assert_close(sync_bn.running_mean, reference.running_mean, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(sync_bn.running_var, reference.running_var, rtol=1e-4, atol=1e-5)
+        assert not torch.allclose(plain.running_mean, reference.running_mean, rtol=1e-4, atol=1e-5)
+    if rank == 0:
+        print(
+            f"{world} GPUs x 2 images: SyncBatchNorm running stats equal one BatchNorm over "
+            f"{world * 2} images; plain BatchNorm saw only its 2"
+        )
+
+
 def main() -> None:
     device = setup_nccl()
     try:
-        rank, world = dist.get_rank(), dist.get_world_size()
-        torch.backends.cudnn.allow_tf32 = False  # exact convolutions: compare against full precision
-        torch.manual_seed(0)  # the same global batch and the same weights on every rank
-        net = nn.Sequential(nn.BatchNorm2d(3), nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).to(device)
-        one_gpu, local_bn = copy.deepcopy(net), copy.deepcopy(net)
-        batches = [torch.randn(world * 2, 3, 16, 16, device=device) + i for i in range(3)]  # 2 images per GPU
-
-        model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(net), device_ids=[device.index])
-        for x in batches:
-            model(x.chunk(world)[rank])  # this rank's 2 images
-            one_gpu(x)  # all images in one process: the statistics SyncBatchNorm must reproduce
-            local_bn(x.chunk(world)[rank])  # plain BatchNorm on this rank's slice only
-
-        for i in (0, 2):  # both BatchNorm layers
-            sync_bn, reference, plain = model.module[i], one_gpu[i], local_bn[i]
-            assert isinstance(sync_bn, nn.SyncBatchNorm)
-            torch.testing.assert_close(sync_bn.running_mean, reference.running_mean, rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(sync_bn.running_var, reference.running_var, rtol=1e-4, atol=1e-5)
-            assert not torch.allclose(plain.running_mean, reference.running_mean, rtol=1e-4, atol=1e-5)
-        if rank == 0:
-            print(
-                f"{world} GPUs x 2 images: SyncBatchNorm running stats equal one BatchNorm over "
-                f"{world * 2} images; plain BatchNorm saw only its 2"
-            )
+        run(device)  # every DDP model lives and dies in here, before the group goes
     finally:
         dist.destroy_process_group()
 

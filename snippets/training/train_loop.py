@@ -148,55 +148,59 @@ def all_ranks(tensor: torch.Tensor) -> list[torch.Tensor]:
 
 
 # --8<-- [start:main]
+def run(device: torch.device) -> None:
+    check_sampler()
+    g = torch.Generator().manual_seed(0)  # the same synthetic data on every rank
+    x = torch.randn(356, 8, generator=g)
+    data = TensorDataset(x, (x[:, :4].sum(dim=1, keepdim=True) / 2).tanh())
+    train_data, eval_data = Subset(data, range(256)), Subset(data, range(256, 356))
+    loader = DataLoader(train_data, batch_size=16, sampler=DistributedSampler(train_data, seed=0))
+
+    def new_run(seed: int = 0) -> tuple[DDP, torch.optim.Optimizer]:
+        model = make_model(device, seed)
+        return model, torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+
+    model, optimizer = new_run()  # reference: 4 epochs without a break
+    fit(model, optimizer, loader, range(4), device)
+    uninterrupted = flat_state(model.module)
+
+    model, optimizer = new_run()  # the same run, stopped after 2 epochs
+    fit(model, optimizer, loader, range(2), device)
+
+    means = all_ranks(model.module[1].running_mean.clone())
+    assert not torch.equal(means[0], means[1])  # each rank's last batch updated its own BatchNorm copy
+    on_rank0 = None
+    if dist.get_rank() == 0:  # pattern 1: rank 0 alone, on model.module (never on the DDP wrapper)
+        stats = squared_error(model.module, eval_data, device)
+        on_rank0 = (stats[0] / stats[1]).item()
+    sharded = evaluate_sharded(model.module, eval_data, device)  # pattern 2: all ranks
+    if dist.get_rank() == 0:
+        assert abs(on_rank0 - sharded) < 1e-5 * on_rank0
+        print(f"eval mse: rank 0 alone {on_rank0:.5f}, sharded + all_reduce {sharded:.5f}")
+
+    box = [tempfile.mkdtemp() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)  # one path for all ranks (multi-node: shared storage)
+    path = Path(box[0]) / "checkpoint.pt"
+    save_checkpoint(path, model, optimizer, epoch=1)
+    saved = flat_state(model.module)
+    dist.broadcast(saved, src=0)  # what rank 0 wrote
+
+    model, optimizer = new_run(seed=1)  # a fresh process would start like this: other weights
+    start = load_checkpoint(path, model, optimizer, device)
+    assert start == 2 and torch.equal(flat_state(model.module), saved)  # on every rank
+    fit(model, optimizer, loader, range(start, 4), device)
+    assert torch.equal(flat_state(model.module), uninterrupted)  # resumed == never stopped, bit for bit
+    dist.barrier()
+    if dist.get_rank() == 0:
+        os.remove(path)
+        os.rmdir(path.parent)
+        print("checkpoint loaded on every rank; resumed run equals the uninterrupted one")
+
+
 def main() -> None:
     device = setup()
     try:
-        check_sampler()
-        g = torch.Generator().manual_seed(0)  # the same synthetic data on every rank
-        x = torch.randn(356, 8, generator=g)
-        data = TensorDataset(x, (x[:, :4].sum(dim=1, keepdim=True) / 2).tanh())
-        train_data, eval_data = Subset(data, range(256)), Subset(data, range(256, 356))
-        loader = DataLoader(train_data, batch_size=16, sampler=DistributedSampler(train_data, seed=0))
-
-        def new_run(seed: int = 0) -> tuple[DDP, torch.optim.Optimizer]:
-            model = make_model(device, seed)
-            return model, torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-
-        model, optimizer = new_run()  # reference: 4 epochs without a break
-        fit(model, optimizer, loader, range(4), device)
-        uninterrupted = flat_state(model.module)
-
-        model, optimizer = new_run()  # the same run, stopped after 2 epochs
-        fit(model, optimizer, loader, range(2), device)
-
-        means = all_ranks(model.module[1].running_mean.clone())
-        assert not torch.equal(means[0], means[1])  # each rank's last batch updated its own BatchNorm copy
-        on_rank0 = None
-        if dist.get_rank() == 0:  # pattern 1: rank 0 alone, on model.module (never on the DDP wrapper)
-            stats = squared_error(model.module, eval_data, device)
-            on_rank0 = (stats[0] / stats[1]).item()
-        sharded = evaluate_sharded(model.module, eval_data, device)  # pattern 2: all ranks
-        if dist.get_rank() == 0:
-            assert abs(on_rank0 - sharded) < 1e-5 * on_rank0
-            print(f"eval mse: rank 0 alone {on_rank0:.5f}, sharded + all_reduce {sharded:.5f}")
-
-        box = [tempfile.mkdtemp() if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(box, src=0)  # one path for all ranks (multi-node: shared storage)
-        path = Path(box[0]) / "checkpoint.pt"
-        save_checkpoint(path, model, optimizer, epoch=1)
-        saved = flat_state(model.module)
-        dist.broadcast(saved, src=0)  # what rank 0 wrote
-
-        model, optimizer = new_run(seed=1)  # a fresh process would start like this: other weights
-        start = load_checkpoint(path, model, optimizer, device)
-        assert start == 2 and torch.equal(flat_state(model.module), saved)  # on every rank
-        fit(model, optimizer, loader, range(start, 4), device)
-        assert torch.equal(flat_state(model.module), uninterrupted)  # resumed == never stopped, bit for bit
-        dist.barrier()
-        if dist.get_rank() == 0:
-            os.remove(path)
-            os.rmdir(path.parent)
-            print("checkpoint loaded on every rank; resumed run equals the uninterrupted one")
+        run(device)  # every DDP model lives and dies in here, before the group goes
     finally:
         dist.destroy_process_group()
 

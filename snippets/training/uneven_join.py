@@ -5,6 +5,7 @@ import copy
 import os
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.join import Join
@@ -66,26 +67,30 @@ def what_join_computes(model: nn.Module, world: int, lr: float) -> nn.Module:
 # --8<-- [end:expected]
 
 
+def run(device: torch.device) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    expected = what_join_computes(copy.deepcopy(net), world, lr=0.1)
+
+    model = DDP(net.to(device), device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = train_uneven(model, optimizer, batches_of(rank), device)
+    assert steps == len(batches_of(rank))  # each rank ran all of its own batches
+
+    mine = torch.cat([p.detach().flatten() for p in model.module.parameters()])
+    replicas = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(replicas, mine)
+    assert all(torch.equal(replicas[0], r) for r in replicas)  # replicas still identical
+    want = torch.cat([p.detach().flatten() for p in expected.parameters()]).to(device)
+    torch.testing.assert_close(mine, want)
+    print(f"rank {rank}: {steps} steps, finished; replicas equal what Join promises")
+
+
 def main() -> None:
     device = setup()
     try:
-        rank, world = dist.get_rank(), dist.get_world_size()
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
-        expected = what_join_computes(copy.deepcopy(net), world, lr=0.1)
-
-        model = DDP(net.to(device), device_ids=[device.index] if device.type == "cuda" else None)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        steps = train_uneven(model, optimizer, batches_of(rank), device)
-        assert steps == len(batches_of(rank))  # each rank ran all of its own batches
-
-        mine = torch.cat([p.detach().flatten() for p in model.module.parameters()])
-        replicas = [torch.empty_like(mine) for _ in range(world)]
-        dist.all_gather(replicas, mine)
-        assert all(torch.equal(replicas[0], r) for r in replicas)  # replicas still identical
-        want = torch.cat([p.detach().flatten() for p in expected.parameters()]).to(device)
-        torch.testing.assert_close(mine, want)
-        print(f"rank {rank}: {steps} steps, finished; replicas equal what Join promises")
+        run(device)  # every DDP model lives and dies in here, before the group goes
     finally:
         dist.destroy_process_group()
 
