@@ -15,8 +15,9 @@ $(BIN)/.installed: pyproject.toml
 serve: $(BIN)/.installed  ## build and serve the site on http://127.0.0.1:8000
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
+# Three workers on two cores: snippets and browser tests spend much of their time waiting (measured in README).
 test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 3 --dist loadgroup
 
 lint: $(BIN)/.installed  ## ruff: lint and format check of every Python file
 	$(BIN)/ruff check .

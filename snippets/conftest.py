@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,10 +30,22 @@ LEFTOVER_GRACE_S = 10  # after a clean exit: time for helper processes to notice
 RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
 
 
+# Ports for MASTER_PORT lie below Linux's ephemeral range (32768-60999), where no bind(0) or connect() of a
+# concurrent snippet can take one between our check and the launcher's bind; each pytest-xdist worker has a block.
+PORT_BLOCK, FIRST_PORT = 1000, 20000
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = FIRST_PORT + worker % 12 * PORT_BLOCK
+    for port in random.sample(range(first, first + PORT_BLOCK), PORT_BLOCK):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORT_BLOCK - 1}")
 
 
 def command_for(spec: Spec, port: int) -> list[str]:
@@ -233,3 +246,20 @@ def pytest_report_header(config):
         f"distributed backends available: {', '.join(backends) or 'none'}",
         "snippets run with NCCL on CUDA where a snippet's ranks each get a GPU, else with gloo on CPU",
     ]
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `pytest -n 3` (make test) uses this scheduler
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerPerResource(LoadScopeScheduling):
+        """Snippets run in parallel on CPUs but one at a time where they share GPUs; a test module stays on one
+        worker, so its module and session fixtures (the site build, the planted runs) are set up once per worker."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            if path.startswith("snippets/"):
+                return "gpus" if cuda_devices() else nodeid
+            return path
+
+    return OneWorkerPerResource(config, log)

@@ -4,6 +4,7 @@ import sys
 import time
 
 import pytest
+from filelock import FileLock
 
 from guidekit import ROOT
 
@@ -34,11 +35,19 @@ def build_site():
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
-    """The whole site, both languages, built once with --strict into a scratch folder."""
-    site = tmp_path_factory.mktemp("site")
-    started = time.monotonic()
-    build = _build(site)
-    seconds = time.monotonic() - started
-    assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr[-6000:]}"
-    print(f"\nsite built in {seconds:.1f} s")
+    """The whole site, both languages, built once with --strict into a scratch folder.
+
+    Under `pytest -n` the workers share one build: the first to get the lock builds, the others wait for it.
+    """
+    scratch = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        scratch = scratch.parent  # this run's folder, above every worker's own
+    site, done = scratch / "site", scratch / "site.built"
+    with FileLock(scratch / "site.lock"):
+        if not done.exists():
+            started = time.monotonic()
+            build = _build(site)
+            assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr[-6000:]}"
+            done.write_text(f"{time.monotonic() - started:.1f}")
+    print(f"\nsite built in {done.read_text()} s")
     return site

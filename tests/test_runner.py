@@ -41,7 +41,7 @@ PLANTED = {
     "hangs.py": textwrap.dedent(
         f"""\
         # launch: torchrun --standalone --nproc-per-node=2 snippets/planted/hangs.py {HANG_MARKER}
-        # timeout: 20
+        # timeout: 10
         import time
         import torch.distributed as dist
         dist.init_process_group("gloo")
@@ -119,7 +119,7 @@ def test_a_syntax_error_fails(outcomes):
 
 def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(outcomes):
     outcome, text = outcomes["hangs"]
-    assert outcome == "failed" and "timed out after 20 s (all its processes killed)" in text
+    assert outcome == "failed" and "timed out after 10 s (all its processes killed)" in text
     survivors = subprocess.run(["pgrep", "-f", HANG_MARKER], capture_output=True, text=True).stdout
     assert not survivors.strip(), f"ranks outlived the timeout: {survivors}"
 
