@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 N ?= 20
+# make soak runs the snippets as make test does (three workers); SOAK_ARGS= runs them one at a time
+SOAK_ARGS ?= -n 3
 
 .PHONY: serve test lint build snippets soak sync-copies clean
 
@@ -30,7 +32,7 @@ snippets: $(BIN)/.installed  ## only the runnable examples (what a GPU box owner
 	$(BIN)/python -m pytest snippets
 
 soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
-	$(BIN)/python tests/soak.py --runs $(N)
+	$(BIN)/python tests/soak.py --runs $(N) -- $(SOAK_ARGS)
 
 sync-copies: $(BIN)/.installed  ## rewrite every setup() copy from snippets/ddp/train_torchrun.py
 	$(BIN)/python -m guidekit.copies --write

@@ -74,6 +74,7 @@ def main() -> int:
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
             "started": started,
+            "pytest_args": args.pytest_args,
             "runs_planned": args.runs,
             "runs": done,
             "snippets": len(set(passed) | set(failures) | set(skipped)),
