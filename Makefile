@@ -17,9 +17,10 @@ $(BIN)/.installed: pyproject.toml
 serve: $(BIN)/.installed  ## build and serve the site on http://127.0.0.1:8000
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
-# Three workers on two cores: snippets and browser tests spend much of their time waiting (measured in README).
+# Three workers on two cores: snippets and browser tests spend much of their time waiting (measured in README);
+# snippets/conftest.py decides what runs side by side (pytest_xdist_make_scheduler).
 test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser)
-	$(BIN)/python -m pytest -n 3 --dist loadgroup
+	$(BIN)/python -m pytest -n 3
 
 lint: $(BIN)/.installed  ## ruff: lint and format check of every Python file
 	$(BIN)/ruff check .

@@ -33,11 +33,12 @@ RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet s
 # Ports for MASTER_PORT lie below Linux's ephemeral range (32768-60999), where no bind(0) or connect() of a
 # concurrent snippet can take one between our check and the launcher's bind; each pytest-xdist worker has a block.
 PORT_BLOCK, FIRST_PORT = 1000, 20000
+BLOCKS = (32768 - FIRST_PORT) // PORT_BLOCK
 
 
 def free_port() -> int:
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    first = FIRST_PORT + worker % 12 * PORT_BLOCK
+    first = FIRST_PORT + worker % BLOCKS * PORT_BLOCK
     for port in random.sample(range(first, first + PORT_BLOCK), PORT_BLOCK):
         with socket.socket() as sock:
             try:
