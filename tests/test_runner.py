@@ -21,9 +21,12 @@ PLANTED = {
     "two_ranks.py": textwrap.dedent(
         """\
         # launch: torchrun --standalone --nproc-per-node=2 snippets/planted/two_ranks.py
+        import torch
         import torch.distributed as dist
         dist.init_process_group("gloo")
-        assert dist.get_world_size() == 2
+        ranks = torch.tensor([float(dist.get_rank())])
+        dist.all_reduce(ranks)  # a rank that left right after init could break its peer's connection set-up
+        assert dist.get_world_size() == 2 and ranks.item() == 1.0
         print(f"rank {dist.get_rank()} ready")
         dist.destroy_process_group()
         """
@@ -101,9 +104,10 @@ def test_each_snippet_is_its_own_test(outcomes):
     assert set(outcomes) == {name.removesuffix(".py") for name in PLANTED}
 
 
-def test_passing_programs_pass(outcomes):
-    assert outcomes["passes"][0] == "passed"
-    assert outcomes["two_ranks"][0] == "passed"
+@pytest.mark.parametrize("name", ["passes", "two_ranks"])
+def test_passing_programs_pass(outcomes, name):
+    outcome, text = outcomes[name]
+    assert outcome == "passed", text
 
 
 def test_a_failing_snippet_fails_and_shows_its_output(outcomes):

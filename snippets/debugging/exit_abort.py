@@ -33,6 +33,7 @@ def held_group_outlives_destroy() -> tuple[int, int, int]:
     before = threads()
     sub = dist.new_group()  # a second gloo group, with threads of its own
     started = threads() - before
+    dist.barrier(group=sub)  # new_group() has no barrier: a rank leaving early breaks a peer still connecting
     dist.destroy_process_group(sub)  # `sub` still holds it, as a DDP model or a DeviceMesh would
     kept = len(started & threads())
     del sub  # a plain Python reference lets go with the GIL released; a DDP model does not
