@@ -6,7 +6,7 @@ N ?= 20
 # make soak runs the snippets as make test does (three workers); SOAK_ARGS= runs them one at a time
 SOAK_ARGS ?= -n 3
 
-.PHONY: serve test lint build snippets soak sync-copies clean
+.PHONY: serve test lint build snippets outputs soak sync-copies clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ build: $(BIN)/.installed
 
 snippets: $(BIN)/.installed  ## only the runnable examples (what a GPU box owner runs)
 	$(BIN)/python -m pytest snippets
+
+outputs: $(BIN)/.installed  ## run every snippet and record what it printed (snippets/outputs/), for the pages
+	$(BIN)/python -m pytest snippets -n 3 --record-output
 
 soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
 	$(BIN)/python tests/soak.py --runs $(N) -- $(SOAK_ARGS)

@@ -6,20 +6,23 @@ Declarations are comment lines near the top of a snippet:
     # requires: gpus=2        ('cuda' or 'gpus=N'; absent: runs on CPU)
     # ranks: 2                (only for a `python` launch that starts its own ranks, e.g. with mp.spawn)
     # timeout: 180            (seconds; default 120)
+    # output-order / output-varies / output-excerpt: how its printed output is compared (guidekit/outputs.py)
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from guidekit import ROOT
+from guidekit.outputs import OutputRules
 
 DEFAULT_TIMEOUT_S = 120
 HEADER_LINES = 40  # declarations must appear this close to the top
-DECLARATION = re.compile(r"^#\s*(launch|requires|ranks|timeout):\s*(.+?)\s*$")
+DECLARATION = re.compile(r"^#\s*(launch|requires|ranks|timeout|output-order|output-varies|output-excerpt):\s*(.+?)\s*$")
+REPEATABLE = ("output-varies", "output-excerpt")
 TORCHRUN_INT_OPTION = r"--{}[= ](\d+)"
 
 
@@ -30,6 +33,7 @@ class Spec:
     gpus: int
     world_size: int  # processes that join the job (ranks)
     timeout_s: float
+    output: OutputRules = field(default_factory=OutputRules)
 
     @property
     def command(self) -> str:
@@ -46,10 +50,13 @@ def _torchrun_option(launch: list[str], name: str) -> int | None:
 def parse_spec(path: Path, root: Path = ROOT) -> Spec:
     rel = path.resolve().relative_to(root.resolve()).as_posix()
     found: dict[str, str] = {}
+    repeated: dict[str, list[str]] = {name: [] for name in REPEATABLE}
     for line in path.read_text(encoding="utf-8").splitlines()[:HEADER_LINES]:
         match = DECLARATION.match(line)
-        if match:
-            found[match.group(1)] = match.group(2)
+        if match and match[1] in REPEATABLE:
+            repeated[match[1]].append(match[2])
+        elif match:
+            found[match[1]] = match[2]
     launch = shlex.split(found.get("launch", f"python {rel}"))
     if launch[0] not in ("python", "torchrun") or rel not in launch:
         raise ValueError(
@@ -70,7 +77,18 @@ def parse_spec(path: Path, root: Path = ROOT) -> Spec:
         world_size = (_torchrun_option(launch, "nproc-per-node") or 1) * (_torchrun_option(launch, "nnodes") or 1)
     else:
         world_size = int(found.get("ranks", 1))
-    return Spec(rel, launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)))
+    order, _, sort = found.get("output-order", "printed").partition(" ")
+    if order not in ("printed", "sorted") or (order == "printed" and sort):
+        raise ValueError(f"{rel}: '# output-order: {order} {sort}' must be 'printed' or 'sorted [regex]'")
+    excerpts = []
+    for excerpt in repeated["output-excerpt"]:
+        name, _, regex = excerpt.partition(" ")
+        if not re.fullmatch(r"[\w\-]+", name) or not regex.strip():
+            raise ValueError(f"{rel}: '# output-excerpt: {excerpt}' must be '<name> <regex>'")
+        excerpts.append((name, re.compile(regex.strip())))
+    sorting = re.compile(sort.strip() or "^") if order == "sorted" else None
+    rules = OutputRules(sorting, tuple(map(re.compile, repeated["output-varies"])), tuple(excerpts))
+    return Spec(rel, launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)), rules)
 
 
 def is_snippet(path: Path) -> bool:

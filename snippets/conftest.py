@@ -1,14 +1,17 @@
 """Collect every snippet in snippets/ as a test and run it the way a reader would.
 
 A snippet declares how it is launched and what it needs in comment lines near its top (guidekit/spec.py).
-Each snippet runs in its own process group with a free MASTER_PORT and one
+What it prints must match its recording (guidekit/outputs.py); `--record-output` (make outputs) rewrites the
+recordings and the manifest of what ran where. Each snippet runs in its own process group with a free MASTER_PORT and one
 thread per rank; a run past its timeout is stopped with every process it started, and fails. Missing GPUs skip with a
 reason; they never pass silently.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
+import json
 import os
 import random
 import signal
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from guidekit import outputs
 from guidekit.spec import Spec, is_snippet, parse_spec
 
 OUTPUT_TAIL_LINES = 150
@@ -82,6 +86,40 @@ def cuda_devices() -> int:
         return 0
 
 
+@functools.cache
+def platform() -> str:
+    """Where recordings of this run belong: 'cuda' on a machine with GPUs (snippets then use them), else 'cpu'."""
+    return "cuda" if cuda_devices() else "cpu"
+
+
+def manifest_entry(spec: Spec, outcome: str, reason: str = "") -> dict:
+    """What the manifest says of one snippet on this machine: how it ran, or why it could not."""
+    import torch
+
+    entry = {"outcome": outcome, "torch": torch.__version__.split("+")[0]}
+    if reason:
+        entry["reason"] = reason
+    else:
+        gpu = platform() == "cuda" and (spec.gpus or cuda_devices() >= spec.world_size)
+        entry["backend"] = "nccl" if gpu else "gloo"
+        entry["device"] = torch.cuda.get_device_name(0) if gpu else "CPU"
+        entry["ranks"] = spec.world_size
+    return {**entry, "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-output",
+        action="store_true",
+        help="write each snippet's output to snippets/outputs/ and update the manifest, instead of comparing",
+    )
+    parser.addoption(
+        "--no-output-check",
+        action="store_true",
+        help="run the snippets without comparing their output with the recordings (e.g. on an older torch)",
+    )
+
+
 class SnippetFailed(Exception):
     def __init__(self, reason: str, output: str):
         super().__init__(reason)
@@ -101,16 +139,20 @@ class SnippetItem(pytest.Item):
             if spec.gpus > found:
                 reason = f"needs {spec.gpus} CUDA GPU(s), this machine has {found}"
                 self.add_marker(pytest.mark.skip(reason=reason))
+                if self.config.getoption("--record-output"):  # the manifest says what could not run here, and why
+                    entry = {"snippet": spec.path, "platform": platform(), **manifest_entry(spec, "skipped", reason)}
+                    self.user_properties.append(("manifest", json.dumps(entry)))
 
     def runtest(self) -> None:
         port, tag = free_port(), uuid.uuid4().hex
-        with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: a leftover process cannot hold it open
+        # files, not pipes: a leftover process cannot hold them open
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             proc = subprocess.Popen(
                 command_for(self.spec, port),
                 cwd=self.config.rootpath,
                 env=snippet_env(port, tag),
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                stdout=out,
+                stderr=err,
                 text=True,
                 start_new_session=True,  # its own process group, so a timeout kills every rank
             )
@@ -123,22 +165,47 @@ class SnippetItem(pytest.Item):
             finally:
                 kill_group(proc.pid)
                 left = kill_tagged(tag, grace_s=0 if timed_out else LEFTOVER_GRACE_S)
-            log.seek(0)
-            output = log.read()
-        self.add_report_section("call", "output", output)
+            out.seek(0), err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        self.add_report_section("call", "stdout", stdout)
+        self.add_report_section("call", "stderr", stderr)
+        output = f"{stdout}\n--- stderr ---\n{stderr}" if stderr else stdout
         if timed_out:
             raise SnippetFailed(f"timed out after {self.spec.timeout_s:g} s (all its processes killed)", output)
         if proc.returncode != 0:
             raise SnippetFailed(f"exited with code {proc.returncode}", output)
         if left:
             raise SnippetFailed(f"exited 0 but left {len(left)} process(es) running (now killed): {left}", output)
+        self.check_output(stdout)
+
+    def check_output(self, stdout: str) -> None:
+        """Compare what the program printed with its recording, or (--record-output) record it."""
+        if self.config.getoption("--no-output-check"):
+            return
+        recording = outputs.recording_path(self.spec.path, platform(), self.config.rootpath)
+        if self.config.getoption("--record-output"):
+            recording.parent.mkdir(parents=True, exist_ok=True)
+            recording.write_text(outputs.recording_text(stdout, self.spec.output), encoding="utf-8")
+            entry = {"snippet": self.spec.path, "platform": platform(), **manifest_entry(self.spec, "passed")}
+            self.user_properties.append(("manifest", json.dumps(entry)))
+            return
+        if not recording.is_file():
+            if platform() == "cuda":  # GPU recordings exist only where someone ran `make outputs` on a GPU box
+                self.add_report_section("call", "output", f"no GPU recording to compare with ({recording.name})")
+                return
+            rel = recording.relative_to(self.config.rootpath)
+            raise SnippetFailed(f"no recording of its output ({rel}): run `make outputs`", stdout)
+        diff = outputs.difference(recording.read_text(encoding="utf-8"), stdout, self.spec.output)
+        if diff:
+            rel = recording.relative_to(self.config.rootpath)
+            raise SnippetFailed(f"printed something else than {rel} (make outputs records it anew)", diff)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, SnippetFailed):
             lines = excinfo.value.output.splitlines()
             tail = "\n".join(lines[-OUTPUT_TAIL_LINES:])
             launch = " ".join(self.spec.launch)
-            return f"{launch}\n{excinfo.value.reason}; last {OUTPUT_TAIL_LINES} lines of output:\n{tail}"
+            return f"{launch}\n{excinfo.value.reason}; last {OUTPUT_TAIL_LINES} lines:\n{tail}"
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
@@ -225,6 +292,20 @@ class SnippetFile(pytest.File):
         yield SnippetItem.from_parent(self, name=self.path.stem, spec=spec)
 
 
+class NotATestModule(pytest.File):
+    """What pytest's Python plugin gets for a snippet named on the command line: nothing to import or run."""
+
+    def collect(self):
+        return []
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent):
+    """`pytest snippets/x/y.py` must run y.py as a program (SnippetFile), not import it as a test module."""
+    if is_snippet(module_path):
+        return NotATestModule.from_parent(parent, path=module_path)
+    return None
+
+
 def pytest_collect_file(file_path: Path, parent):
     if is_snippet(file_path):
         return SnippetFile.from_parent(parent, path=file_path)
@@ -241,12 +322,24 @@ def pytest_report_header(config):
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(gpus)) or "none"
     backends = [name for name in ("gloo", "nccl", "mpi", "ucc") if getattr(dist, f"is_{name}_available")()]
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if gpus and dist.is_nccl_available() else "n/a"
-    return [
+    lines = [
         f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}, NCCL {nccl}), CPU cores: {os.cpu_count()}",
         f"CUDA devices: {gpus} ({names})",
         f"distributed backends available: {', '.join(backends) or 'none'}",
         "snippets run with NCCL on CUDA where a snippet's ranks each get a GPU, else with gloo on CPU",
     ]
+    if config.getoption("--no-output-check"):
+        lines.append("outputs: NOT compared with the recordings in snippets/outputs/ (--no-output-check)")
+    return lines
+
+
+def pytest_sessionstart(session):
+    """A recording run also records the header it reports (the GPU box page shows it)."""
+    config = session.config
+    if config.getoption("--record-output") and not hasattr(config, "workerinput"):
+        header = outputs.header_path(platform(), config.rootpath)
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.write_text("".join(f"{line}\n" for line in pytest_report_header(config)), encoding="utf-8")
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `pytest -n 3` (make test) uses this scheduler
@@ -264,3 +357,19 @@ def pytest_xdist_make_scheduler(config, log):
             return path
 
     return OneWorkerPerResource(config, log)
+
+
+recorded: dict[str, dict[str, dict]] = {}  # platform -> snippet -> manifest entry, on the controlling process
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and report.skipped):
+        for name, value in report.user_properties:
+            if name == "manifest":
+                entry = json.loads(value)
+                recorded.setdefault(entry.pop("platform"), {})[entry.pop("snippet")] = entry
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("--record-output") and not hasattr(session.config, "workerinput") and recorded:
+        outputs.write_manifest(recorded, session.config.rootpath)

@@ -6,7 +6,7 @@ from pathlib import Path, PurePosixPath
 import markdown
 import pytest
 
-from guidekit import copies
+from guidekit import copies, outputs
 from guidekit.pages import built_path, fences, headings, includes, url_path
 from guidekit.sections import Target, include_line, include_target, parse_target, section_names, shown_text
 from guidekit.spec import parse_spec
@@ -174,3 +174,69 @@ def test_copies_are_checked_and_rewritten(tmp_path):
     assert copies.rewrite(tmp_path) == ["snippets/x/copy.py"]
     assert copies.drifted(tmp_path) == []
     assert copy.read_text().endswith('return torch.device("cpu")\n\n\nassert True\n')
+
+
+# Recorded outputs: ordering, masking, excerpts, comparison.
+RANKS_PRINT = "table head\nrank 1: done in 3.2 s\nrank 0: done in 2.9 s\nport 41233 closed\n"
+
+
+def rules_of(tmp_path, header: str):
+    return declared(tmp_path, header).output
+
+
+def test_output_rules_default_to_an_exact_match(tmp_path):
+    rules = rules_of(tmp_path, "# launch: python snippets/x/prog.py")
+    assert outputs.difference(outputs.recording_text(RANKS_PRINT, rules), RANKS_PRINT, rules) == ""
+    swapped = RANKS_PRINT.replace("rank 1", "rank 9")
+    assert "-rank 1: done in 3.2 s" in outputs.difference(RANKS_PRINT, swapped, rules)
+
+
+def test_sorted_lines_go_last_and_varying_parts_are_masked(tmp_path):
+    header = "# output-order: sorted ^rank \\d+\n# output-varies: in (\\S+) s\n# output-varies: ^port \\d+"
+    rules = rules_of(tmp_path, header)
+    recorded = outputs.recording_text(RANKS_PRINT, rules)
+    assert recorded.splitlines() == [
+        "table head",
+        "port 41233 closed",
+        "rank 0: done in 2.9 s",
+        "rank 1: done in 3.2 s",
+    ]
+    other_run = "rank 0: done in 7.0 s\ntable head\nport 5 closed\nrank 1: done in 0.1 s\n"
+    assert outputs.difference(recorded, other_run, rules) == ""
+    assert outputs.normalised(["rank 0: done in 7.0 s"], rules) == [f"rank 0: done in {outputs.VARIES} s"]
+    assert outputs.difference(recorded, other_run.replace("done", "ended"), rules)  # unmasked words still count
+
+
+def test_excerpts_become_sections_a_page_can_include(tmp_path):
+    rules = rules_of(tmp_path, "# output-excerpt: ranks ^rank")
+    recorded = outputs.recording_text(RANKS_PRINT, rules)
+    assert shown_text(recorded, "ranks") == "rank 1: done in 3.2 s\nrank 0: done in 2.9 s\n"
+    assert shown_text(recorded) == RANKS_PRINT  # the whole recording shows no marker
+    assert outputs.difference(recorded, RANKS_PRINT, rules) == ""
+    with pytest.raises(ValueError, match="no printed line matches"):
+        outputs.recording_text("nothing here\n", rules)
+
+
+@pytest.mark.parametrize(
+    "header,error",
+    [("# output-order: shuffled", "must be"), ("# output-excerpt: ^rank", "must be '<name> <regex>'")],
+)
+def test_bad_output_declarations_are_errors(tmp_path, header, error):
+    with pytest.raises(ValueError, match=error):
+        declared(tmp_path, header)
+
+
+def test_recordings_live_under_their_platform(tmp_path):
+    path = outputs.recording_path("snippets/ddp/train.py", "cpu", tmp_path)
+    assert path == tmp_path / "snippets/outputs/cpu/ddp/train.txt"
+    assert outputs.snippet_of(path, tmp_path) == "snippets/ddp/train.py"
+
+
+def test_the_manifest_merges_one_line_per_snippet(tmp_path):
+    entry = {"outcome": "passed", "torch": "2.14.1", "backend": "gloo", "device": "CPU", "ranks": 2, "date": "x"}
+    outputs.write_manifest({"cpu": {"snippets/b.py": entry}}, tmp_path)
+    outputs.write_manifest({"cpu": {"snippets/a.py": {**entry, "ranks": 1}}}, tmp_path)
+    manifest = outputs.read_manifest(tmp_path)
+    assert list(manifest["cpu"]) == ["snippets/a.py", "snippets/b.py"] and manifest["cuda"] == {}
+    text = (tmp_path / "snippets/outputs/manifest.json").read_text()
+    assert sum('"snippets/' in line for line in text.splitlines()) == 2

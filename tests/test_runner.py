@@ -1,5 +1,6 @@
 """The snippet runner itself: planted faults must give the right outcome, as a reader's pytest run reports it."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,10 @@ PLANTED = {
         dist.destroy_process_group()
         """
     ),
+    # Print what their recordings say, once changed, once with no recording at all.
+    "prints.py": "print('loss 0.25 after 3 steps')\n",
+    "prints_changed.py": "print('loss 0.25 after 4 steps')\n",
+    "unrecorded.py": "print('nothing recorded this')\n",
     # Exits 0 but leaves a process running in a session of its own, out of reach of the snippet's process tree.
     "leaves_orphan.py": textwrap.dedent(
         f"""\
@@ -57,6 +62,14 @@ PLANTED = {
 }
 
 
+RECORDED = {  # what `make outputs` would have written for the planted snippets that print and pass
+    "passes.txt": "ok\n",
+    "two_ranks.txt": "rank 0 ready\nrank 1 ready\n",
+    "prints.txt": "loss 0.25 after 3 steps\n",
+    "prints_changed.txt": "loss 0.25 after 3 steps\n",
+}
+
+
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     """A scratch repository holding the real runner and one planted snippet per outcome."""
@@ -66,6 +79,10 @@ def planted(tmp_path_factory):
     shutil.copy(ROOT / "snippets" / "conftest.py", snippets / "conftest.py")
     for name, source in PLANTED.items():
         (snippets / "planted" / name).write_text(source)
+    recorded = snippets / "outputs" / "cpu" / "planted"
+    recorded.mkdir(parents=True)
+    for name, text in RECORDED.items():
+        (recorded / name).write_text(text)
     (repo / "pytest.ini").write_text(
         f"[pytest]\npythonpath = {ROOT}\nmarkers =\n    snippet\n    gpu(n)\n    world_size(n)\n"
     )
@@ -104,10 +121,38 @@ def test_each_snippet_is_its_own_test(outcomes):
     assert set(outcomes) == {name.removesuffix(".py") for name in PLANTED}
 
 
-@pytest.mark.parametrize("name", ["passes", "two_ranks"])
+@pytest.mark.parametrize("name", ["passes", "two_ranks", "prints"])
 def test_passing_programs_pass(outcomes, name):
     outcome, text = outcomes[name]
     assert outcome == "passed", text
+
+
+def test_printing_something_else_than_the_recording_fails_with_a_diff(outcomes):
+    outcome, text = outcomes["prints_changed"]
+    assert outcome == "failed" and "printed something else than snippets/outputs/cpu/planted/prints_changed.txt" in text
+    assert "-loss 0.25 after 3 steps" in text and "+loss 0.25 after 4 steps" in text
+
+
+def test_a_snippet_without_a_recording_fails(outcomes):
+    outcome, text = outcomes["unrecorded"]
+    assert outcome == "failed" and "no recording of its output" in text and "make outputs" in text
+
+
+def test_a_recording_run_writes_recordings_and_the_manifest(planted, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(planted, repo)
+    shutil.rmtree(repo / "snippets" / "outputs")
+    run = run_pytest(
+        repo, "snippets/planted/prints_changed.py", "snippets/planted/needs_two_gpus.py", "--record-output"
+    )
+    assert run.returncode == 0, run.stdout
+    outputs_dir = repo / "snippets" / "outputs"
+    assert (outputs_dir / "cpu" / "planted" / "prints_changed.txt").read_text() == "loss 0.25 after 4 steps\n"
+    manifest = json.loads((outputs_dir / "manifest.json").read_text())["cpu"]
+    assert manifest["snippets/planted/prints_changed.py"]["outcome"] == "passed"
+    assert manifest["snippets/planted/prints_changed.py"]["backend"] == "gloo"
+    assert manifest["snippets/planted/needs_two_gpus.py"]["reason"] == "needs 2 CUDA GPU(s), this machine has 0"
+    assert (outputs_dir / "cpu" / "_pytest_header.txt").read_text().startswith("torch ")
 
 
 def test_a_failing_snippet_fails_and_shows_its_output(outcomes):

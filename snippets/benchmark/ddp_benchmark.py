@@ -2,6 +2,9 @@
 # launch: python snippets/benchmark/ddp_benchmark.py
 # ranks: 2
 # timeout: 150
+# output-varies: ^(\{.*\})$
+# output-varies: ^(  (?:single|DDP|DP) .*)$
+# output-varies: ^(\s+\d+\s+\d+\s+\d.*)$
 #
 # Default: a tiny run (seconds; the test). The real run, on GPUs (NCCL) or CPU ranks (gloo):
 #   python snippets/benchmark/ddp_benchmark.py --full --out snippets/benchmark/results/cpu-2core.json

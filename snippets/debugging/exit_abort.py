@@ -1,5 +1,7 @@
 """Passed, then aborted (or hung) at exit: let go of the DDP model, then destroy_process_group() frees the group."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/debugging/exit_abort.py
+# output-order: sorted
+# output-excerpt: rank0 ^rank 0:
 
 import os
 from pathlib import Path

@@ -1,5 +1,7 @@
 """EADDRINUSE: what it looks like when the rendezvous port is taken, and the fixes."""
 # launch: python snippets/debugging/port_in_use.py
+# output-varies: (?:port:? |on |rebound )(\d+)
+# output-excerpt: collide ^The server socket
 
 import datetime
 import socket

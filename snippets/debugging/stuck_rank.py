@@ -1,5 +1,7 @@
 """A rank that never arrives: what a collective timeout looks like, and monitored_barrier naming the missing rank."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/debugging/stuck_rank.py
+# output-varies: \[(\S+)/gloo/transport
+# output-excerpt: timeout ^all_reduce:
 
 import datetime
 import os

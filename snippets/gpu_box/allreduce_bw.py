@@ -1,5 +1,6 @@
 """All-reduce bandwidth (algbw and busbw, as nccl-tests defines them) with a check of every result, on any backend."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/gpu_box/allreduce_bw.py
+# output-varies: ^\s+\d+(\s+\S+)(\s+\S+)(\s+\S+)$
 
 import os
 import time

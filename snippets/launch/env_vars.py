@@ -1,5 +1,8 @@
 """Print and check what a launcher tells each process: torchrun, or Slurm's srun without torchrun."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/launch/env_vars.py
+# output-order: sorted ^rank \d+ of
+# output-varies: ^MASTER_PORT +(\d+)
+# output-varies: ^TORCHELASTIC_RUN_ID +(\S+)
 
 # --8<-- [start:vars]
 import os

@@ -2,6 +2,7 @@
 # launch: python snippets/launch/slurm_sim.py
 # ranks: 4
 # timeout: 180
+# output-varies: ^MASTER_PORT +(\d+)
 
 # --8<-- [start:parsers]
 import os

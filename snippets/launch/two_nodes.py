@@ -2,6 +2,7 @@
 # launch: python snippets/launch/two_nodes.py
 # ranks: 2
 # timeout: 180
+# output-varies: ^MASTER_PORT +(\d+)
 
 # --8<-- [start:launch]
 import os

@@ -1,5 +1,8 @@
 """Profile a few DDP steps with torch.profiler: one Chrome/Perfetto trace per rank, labels, an op table."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/practices/profile_ddp.py
+# output-varies: ^(.*\d(?:us|ms) .*)$
+# output-varies: time total: (\S+)
+# output-varies: trace written: (\S+)
 
 import json
 import os

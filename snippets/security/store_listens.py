@@ -1,5 +1,6 @@
 """A TCPStore given host "127.0.0.1" still listens on every interface; handing it a socket you bound keeps it there."""
 # launch: python snippets/security/store_listens.py
+# output-varies: (?:port |:)(\d+)
 
 import datetime
 import ipaddress

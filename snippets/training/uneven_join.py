@@ -1,5 +1,6 @@
 """Uneven inputs: ranks with different numbers of batches finish together under the Join context manager."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/training/uneven_join.py
+# output-order: sorted
 
 import copy
 import os

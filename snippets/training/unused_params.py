@@ -1,5 +1,6 @@
 """Parameters unused in some steps: the error without find_unused_parameters, and static_graph."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/training/unused_params.py
+# output-excerpt: error ^(?:Expected to have finished| In addition)
 
 import os
 

@@ -1,0 +1,155 @@
+r"""Recorded outputs: what each snippet printed on its last recorded run, and where and with what it ran.
+
+``make outputs`` runs every snippet and writes its standard output to ``snippets/outputs/<platform>/<path>.txt``
+(platform ``cpu`` or ``cuda``: the kind of machine it ran on) and one line per snippet to
+``snippets/outputs/manifest.json``. Pages include recordings the way they include code; every later run compares
+what the snippet prints with its recording, after the normalisation the snippet declares (guidekit/spec.py):
+
+    # output-order: sorted ^rank \d+          (lines that ranks print concurrently, in any interleaving: those
+                                              matching the regex, or every line if none is given, are
+                                              recorded and compared sorted, after the other lines)
+    # output-varies: port (\\d+)               (a regex; each group, or the whole match, may differ between runs)
+    # output-excerpt: timeout ^all_reduce:    (section `timeout`: the first to the last line matching the regex)
+
+Everything else must match exactly. Recordings are made with the newest torch CI tests; an older torch may print
+other text (torch 2.10's gloo writes "[Gloo] Rank 0 is connected to 1 peer ranks" from every rank at once, mixed
+into the program's lines), so the run on the oldest torch passes `--no-output-check`. An excerpt becomes a named section of the recording, so a page can include
+``snippets/outputs/cpu/x/y.txt:timeout``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from guidekit import ROOT
+from guidekit.sections import SECTION_MARKER, marker
+
+OUTPUTS = Path("snippets") / "outputs"  # relative to the repository root
+MANIFEST = "manifest.json"
+PLATFORMS = ("cpu", "cuda")
+VARIES = "…"
+
+
+@dataclass(frozen=True)
+class OutputRules:
+    """How a snippet's output is compared: declared in its header, empty by default (exact match)."""
+
+    sort: re.Pattern | None = None
+    varies: tuple[re.Pattern, ...] = ()
+    excerpts: tuple[tuple[str, re.Pattern], ...] = field(default_factory=tuple)
+
+
+def recording_path(snippet: str, platform: str, root: Path = ROOT) -> Path:
+    """snippets/x/y.py -> <root>/snippets/outputs/<platform>/x/y.txt"""
+    inner = Path(snippet).relative_to("snippets").with_suffix(".txt")
+    return root / OUTPUTS / platform / inner
+
+
+def snippet_of(recording: Path, root: Path = ROOT) -> str:
+    """The snippet a recording belongs to, as a repository path."""
+    platform_dir = recording.relative_to(root / OUTPUTS)
+    inner = Path(*platform_dir.parts[1:]).with_suffix(".py")
+    return (Path("snippets") / inner).as_posix()
+
+
+def header_path(platform: str, root: Path = ROOT) -> Path:
+    """The runner's own report header, as the recording run printed it (the GPU box page shows it)."""
+    return root / OUTPUTS / platform / "_pytest_header.txt"
+
+
+def recordings(root: Path = ROOT) -> list[Path]:
+    """Every recording of a snippet's output (the runner's header is not one)."""
+    found = (p for platform in PLATFORMS for p in (root / OUTPUTS / platform).rglob("*.txt"))
+    return sorted(p for p in found if not p.name.startswith("_"))
+
+
+def _masked(line: str, rules: OutputRules) -> str:
+    for pattern in rules.varies:
+
+        def mask(match: re.Match) -> str:
+            if not match.re.groups:
+                return VARIES
+            text, start = [], match.start()
+            for i in range(1, match.re.groups + 1):
+                if match.start(i) < 0:
+                    continue
+                text += [match.string[start : match.start(i)], VARIES]
+                start = match.end(i)
+            return "".join(text) + match.string[start : match.end()]
+
+        line = pattern.sub(mask, line)
+    return line
+
+
+def ordered(stdout: str, rules: OutputRules) -> list[str]:
+    """The printed lines in the order they are recorded: as printed, then the lines of the declared sort, sorted."""
+    lines = stdout.splitlines()
+    if rules.sort is None:
+        return lines
+    concurrent = [line for line in lines if rules.sort.search(line)]
+    rest = [line for line in lines if not rules.sort.search(line)]
+    return rest + sorted(concurrent, key=lambda line: _masked(line, rules))
+
+
+def normalised(lines: list[str], rules: OutputRules) -> list[str]:
+    """What must match exactly: the ordered lines with every declared varying part masked."""
+    return [_masked(line, rules) for line in lines]
+
+
+def recording_text(stdout: str, rules: OutputRules) -> str:
+    """The file `make outputs` writes: the ordered lines, each declared excerpt marked as a named section."""
+    lines = ordered(stdout, rules)
+    starts: dict[int, list[str]] = {}
+    ends: dict[int, list[str]] = {}
+    for name, pattern in rules.excerpts:
+        hits = [i for i, line in enumerate(lines) if pattern.search(line)]
+        if not hits:
+            raise ValueError(f"excerpt {name!r}: no printed line matches {pattern.pattern!r}")
+        starts.setdefault(hits[0], []).append(name)
+        ends.setdefault(hits[-1], []).append(name)
+    out = []
+    for i, line in enumerate(lines):
+        out += [marker("start", name) for name in starts.get(i, [])]
+        out.append(line)
+        out += [marker("end", name) for name in ends.get(i, [])]
+    return "".join(f"{line}\n" for line in out)
+
+
+def recorded_lines(recording: str) -> list[str]:
+    """The printed lines of a recording, section markers dropped."""
+    return [line for line in recording.splitlines() if not SECTION_MARKER.match(line)]
+
+
+def difference(recording: str, stdout: str, rules: OutputRules) -> str:
+    """A unified diff of the recording against a fresh run, after normalisation; '' when they match."""
+    expected = normalised(recorded_lines(recording), rules)
+    actual = normalised(ordered(stdout, rules), rules)
+    if expected == actual:
+        return ""
+    diff = difflib.unified_diff(expected, actual, "recorded", "this run", lineterm="")
+    return "\n".join(diff)
+
+
+# The manifest: platform -> snippet -> what the last recorded run was.
+def read_manifest(root: Path = ROOT) -> dict[str, dict[str, dict]]:
+    path = root / OUTPUTS / MANIFEST
+    found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return {platform: found.get(platform, {}) for platform in PLATFORMS}
+
+
+def write_manifest(entries: dict[str, dict[str, dict]], root: Path = ROOT) -> None:
+    """Merge `entries` (platform -> snippet -> entry) into the committed manifest, one line per snippet."""
+    manifest = read_manifest(root)
+    for platform, runs in entries.items():
+        manifest[platform].update(runs)
+    blocks = []
+    for platform in PLATFORMS:
+        rows = [f"  {json.dumps(path)}: {json.dumps(entry)}" for path, entry in sorted(manifest[platform].items())]
+        blocks.append(f" {json.dumps(platform)}: {{" + ("\n" + ",\n".join(rows) + "\n " if rows else "") + "}")
+    path = root / OUTPUTS / MANIFEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n", encoding="utf-8")
