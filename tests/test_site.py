@@ -8,9 +8,10 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from guidekit import ROOT
+from guidekit import ROOT, outputs
 from guidekit.pages import LANGS, built_path, includes, page_files, pages, site_path
 from guidekit.sections import target_text
+from guidekit.spec import parse_spec
 
 
 def built_page(site: Path, lang: str, name: str) -> Path:
@@ -121,3 +122,27 @@ def test_built_pages_share_section_ids(built_site, name):
     }
     assert ids["ko"] == ids["en"]
     assert all(ids["ko"]), f"empty heading ids: {ids['ko']}"
+
+
+VERIFIED = {"ko": ("검증", "GPU에서는 아직 실행된 적 없음"), "en": ("verified", "never run on a GPU yet")}
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_example_says_what_it_was_verified_with(built_site, lang):
+    """The line under each included example carries the manifest's torch, backend and date for that snippet."""
+    word, never_on_gpu = VERIFIED[lang]
+    manifest = outputs.read_manifest()
+    notes = 0
+    for name in pages(lang):
+        source = built_page(built_site, lang, name).read_text(encoding="utf-8")
+        for note in re.findall(r'<p class="snippet-note">(.*?)</p>', source, re.S):
+            notes += 1
+            snippet = re.search(r'/blob/main/(snippets/[^"]+)"', note)[1]
+            verified = note.split(f" · {word}: ", 1)[1]
+            cpu, cuda = manifest["cpu"].get(snippet, {}), manifest["cuda"].get(snippet, {})
+            if cpu.get("outcome") == "passed":
+                assert verified.startswith(f"torch {cpu['torch']} · "), f"{name}: {snippet}: {verified}"
+                assert cpu["date"] in verified, f"{name}: {snippet}: {verified}"
+            if cuda.get("outcome") != "passed" and parse_spec(ROOT / snippet).gpus:
+                assert never_on_gpu in verified, f"{name}: {snippet}: {verified}"
+    assert notes > 60, f"only {notes} notes under examples in {lang}"
