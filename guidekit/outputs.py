@@ -5,13 +5,12 @@ r"""Recorded outputs: what each snippet printed on its last recorded run, and wh
 ``snippets/outputs/manifest.json``. Pages include recordings the way they include code; every later run compares
 what the snippet prints with its recording, after the normalisation the snippet declares (guidekit/spec.py):
 
-    # output-order: sorted ^rank \d+          (lines that ranks print concurrently, in any interleaving: those
-                                              matching the regex, or every line if none is given, are
-                                              recorded and compared sorted, after the other lines)
     # output-varies: port (\\d+)               (a regex; each group, or the whole match, may differ between runs)
     # output-excerpt: timeout ^all_reduce:    (section `timeout`: the first to the last line matching the regex)
 
-Everything else must match exactly. Recordings are made with the newest torch CI tests; an older torch may print
+Everything else must match exactly, in the order printed. Ranks that print at the same moment have no stable
+order, and under torchrun (`python -u`) their lines can even mix mid-line: a program prints from one rank, or
+in rank order. Recordings are made with the newest torch CI tests; an older torch may print
 other text (torch 2.10's gloo writes "[Gloo] Rank 0 is connected to 1 peer ranks" from every rank at once, mixed
 into the program's lines), so the run on the oldest torch passes `--no-output-check`. An excerpt becomes a named section of the recording, so a page can include
 ``snippets/outputs/cpu/x/y.txt:timeout``.
@@ -38,7 +37,6 @@ VARIES = "…"
 class OutputRules:
     """How a snippet's output is compared: declared in its header, empty by default (exact match)."""
 
-    sort: re.Pattern | None = None
     varies: tuple[re.Pattern, ...] = ()
     excerpts: tuple[tuple[str, re.Pattern], ...] = field(default_factory=tuple)
 
@@ -85,24 +83,14 @@ def _masked(line: str, rules: OutputRules) -> str:
     return line
 
 
-def ordered(stdout: str, rules: OutputRules) -> list[str]:
-    """The printed lines in the order they are recorded: as printed, then the lines of the declared sort, sorted."""
-    lines = stdout.splitlines()
-    if rules.sort is None:
-        return lines
-    concurrent = [line for line in lines if rules.sort.search(line)]
-    rest = [line for line in lines if not rules.sort.search(line)]
-    return rest + sorted(concurrent, key=lambda line: _masked(line, rules))
-
-
 def normalised(lines: list[str], rules: OutputRules) -> list[str]:
-    """What must match exactly: the ordered lines with every declared varying part masked."""
+    """What must match exactly: the printed lines with every declared varying part masked."""
     return [_masked(line, rules) for line in lines]
 
 
 def recording_text(stdout: str, rules: OutputRules) -> str:
-    """The file `make outputs` writes: the ordered lines, each declared excerpt marked as a named section."""
-    lines = ordered(stdout, rules)
+    """The file `make outputs` writes: the printed lines, each declared excerpt marked as a named section."""
+    lines = stdout.splitlines()
     starts: dict[int, list[str]] = {}
     ends: dict[int, list[str]] = {}
     for name, pattern in rules.excerpts:
@@ -127,7 +115,7 @@ def recorded_lines(recording: str) -> list[str]:
 def difference(recording: str, stdout: str, rules: OutputRules) -> str:
     """A unified diff of the recording against a fresh run, after normalisation; '' when they match."""
     expected = normalised(recorded_lines(recording), rules)
-    actual = normalised(ordered(stdout, rules), rules)
+    actual = normalised(stdout.splitlines(), rules)
     if expected == actual:
         return ""
     diff = difflib.unified_diff(expected, actual, "recorded", "this run", lineterm="")

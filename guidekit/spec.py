@@ -6,7 +6,7 @@ Declarations are comment lines near the top of a snippet:
     # requires: gpus=2        ('cuda' or 'gpus=N'; absent: runs on CPU)
     # ranks: 2                (only for a `python` launch that starts its own ranks, e.g. with mp.spawn)
     # timeout: 180            (seconds; default 120)
-    # output-order / output-varies / output-excerpt: how its printed output is compared (guidekit/outputs.py)
+    # output-varies / output-excerpt: how its printed output is compared (guidekit/outputs.py)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from guidekit.outputs import OutputRules
 
 DEFAULT_TIMEOUT_S = 120
 HEADER_LINES = 40  # declarations must appear this close to the top
-DECLARATION = re.compile(r"^#\s*(launch|requires|ranks|timeout|output-order|output-varies|output-excerpt):\s*(.+?)\s*$")
+DECLARATION = re.compile(r"^#\s*(launch|requires|ranks|timeout|output-varies|output-excerpt):\s*(.+?)\s*$")
 REPEATABLE = ("output-varies", "output-excerpt")
 TORCHRUN_INT_OPTION = r"--{}[= ](\d+)"
 
@@ -77,17 +77,13 @@ def parse_spec(path: Path, root: Path = ROOT) -> Spec:
         world_size = (_torchrun_option(launch, "nproc-per-node") or 1) * (_torchrun_option(launch, "nnodes") or 1)
     else:
         world_size = int(found.get("ranks", 1))
-    order, _, sort = found.get("output-order", "printed").partition(" ")
-    if order not in ("printed", "sorted") or (order == "printed" and sort):
-        raise ValueError(f"{rel}: '# output-order: {order} {sort}' must be 'printed' or 'sorted [regex]'")
     excerpts = []
     for excerpt in repeated["output-excerpt"]:
         name, _, regex = excerpt.partition(" ")
         if not re.fullmatch(r"[\w\-]+", name) or not regex.strip():
             raise ValueError(f"{rel}: '# output-excerpt: {excerpt}' must be '<name> <regex>'")
         excerpts.append((name, re.compile(regex.strip())))
-    sorting = re.compile(sort.strip() or "^") if order == "sorted" else None
-    rules = OutputRules(sorting, tuple(map(re.compile, repeated["output-varies"])), tuple(excerpts))
+    rules = OutputRules(tuple(map(re.compile, repeated["output-varies"])), tuple(excerpts))
     return Spec(rel, launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)), rules)
 
 

@@ -1,6 +1,5 @@
 """Print and check what a launcher tells each process: torchrun, or Slurm's srun without torchrun."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/launch/env_vars.py
-# output-order: sorted ^rank \d+ of
 # output-varies: ^MASTER_PORT +(\d+)
 # output-varies: ^TORCHELASTIC_RUN_ID +(\S+)
 
@@ -121,7 +120,10 @@ def main() -> None:
             for row in [dict(zip(columns, columns))] + everyone:  # header, then one row per rank
                 print("".join(f"{row[c]:<{len(c) + 2}}" for c in columns).rstrip())
         check(everyone)
-        print(f"rank {rank} of {world_size} on node {mine['node']}: ok", flush=True)
+        for turn in range(world_size):  # one rank at a time: lines of ranks printing at once can mix mid-line
+            if turn == rank:
+                print(f"rank {rank} of {world_size} on node {mine['node']}: ok", flush=True)
+            dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -1,6 +1,5 @@
 """Uneven inputs: ranks with different numbers of batches finish together under the Join context manager."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/training/uneven_join.py
-# output-order: sorted
 
 import copy
 import os
@@ -85,7 +84,11 @@ def run(device: torch.device) -> None:
     assert all(torch.equal(replicas[0], r) for r in replicas)  # replicas still identical
     want = torch.cat([p.detach().flatten() for p in expected.parameters()]).to(device)
     torch.testing.assert_close(mine, want)
-    print(f"rank {rank}: {steps} steps, finished; replicas equal what Join promises")
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, steps)
+    if rank == 0:  # one rank prints: lines of ranks printing at once can mix mid-line
+        for r, n in enumerate(everyone):
+            print(f"rank {r}: {n} steps, finished; replicas equal what Join promises")
 
 
 def main() -> None:
