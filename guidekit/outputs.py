@@ -10,10 +10,12 @@ what the snippet prints with its recording, after the normalisation the snippet 
 
 Everything else must match exactly, in the order printed. Ranks that print at the same moment have no stable
 order, and under torchrun (`python -u`) their lines can even mix mid-line: a program prints from one rank, or
-in rank order. Recordings are made with the newest torch CI tests; an older torch may print
-other text (torch 2.10's gloo writes "[Gloo] Rank 0 is connected to 1 peer ranks" from every rank at once, mixed
-into the program's lines), so the run on the oldest torch passes `--no-output-check`. An excerpt becomes a named section of the recording, so a page can include
+in rank order. An excerpt becomes a named section of the recording, so a page can include
 ``snippets/outputs/cpu/x/y.txt:timeout``.
+
+Recordings are made with the newest torch CI tests. An older torch may print other text (torch 2.10's gloo writes
+"[Gloo] Rank 0 is connected to 1 peer ranks" from every rank at once, mixed into the program's lines), so the run
+on the oldest torch passes `--no-output-check`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Collect every snippet in snippets/ as a test and run it the way a reader would.
 
 A snippet declares how it is launched and what it needs in comment lines near its top (guidekit/spec.py).
+Each snippet runs in its own process group with a free MASTER_PORT and one thread per rank; a run past its timeout
+is stopped with every process it started, and fails. Missing GPUs skip with a reason; they never pass silently.
 What it prints must match its recording (guidekit/outputs.py); `--record-output` (make outputs) rewrites the
-recordings and the manifest of what ran where. Each snippet runs in its own process group with a free MASTER_PORT and one
-thread per rank; a run past its timeout is stopped with every process it started, and fails. Missing GPUs skip with a
-reason; they never pass silently.
+recordings and the manifest of what ran where. A run that compares nothing says so in its summary.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class SnippetItem(pytest.Item):
             return
         if not recording.is_file():
             if platform() == "cuda":  # GPU recordings exist only where someone ran `make outputs` on a GPU box
-                self.add_report_section("call", "output", f"no GPU recording to compare with ({recording.name})")
+                self.user_properties.append(("uncompared", self.spec.path))
                 return
             rel = recording.relative_to(self.config.rootpath)
             raise SnippetFailed(f"no recording of its output ({rel}): run `make outputs`", stdout)
@@ -362,12 +362,27 @@ def pytest_xdist_make_scheduler(config, log):
 recorded: dict[str, dict[str, dict]] = {}  # platform -> snippet -> manifest entry, on the controlling process
 
 
+uncompared: list[str] = []  # snippets that passed with no recording for this platform to compare with
+
+
 def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and report.skipped):
         for name, value in report.user_properties:
+            if name == "uncompared" and report.when == "call":
+                uncompared.append(value)
             if name == "manifest":
                 entry = json.loads(value)
                 recorded.setdefault(entry.pop("platform"), {})[entry.pop("snippet")] = entry
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("--no-output-check", default=False):
+        terminalreporter.write_line("outputs: not compared with the recordings (--no-output-check)")
+    elif uncompared:
+        terminalreporter.write_line(
+            f"outputs: {len(uncompared)} snippet(s) passed but had no {platform()} recording to compare with "
+            "(`make outputs` on this machine records them): " + ", ".join(sorted(uncompared))
+        )
 
 
 def pytest_sessionfinish(session):

@@ -203,3 +203,9 @@ def test_a_bad_declaration_is_an_error_not_a_pass(planted):
     finally:
         shutil.rmtree(bad)
     assert run.returncode != 0 and "'# launch:' must be" in run.stdout
+
+
+def test_an_unchecked_run_says_so(planted):
+    run = run_pytest(planted, "snippets/planted/prints_changed.py", "--no-output-check")
+    assert run.returncode == 0, run.stdout  # its asserts pass; only the printed text changed
+    assert "outputs: not compared with the recordings (--no-output-check)" in run.stdout
