@@ -96,10 +96,9 @@ def _table(lang: str, root: Path, manifest: dict) -> str:
             shown.setdefault(parse_target(target).path, name)
 
     def cell(platform: str, path: str) -> str:
-        entry = manifest[platform].get(path)
-        if entry and entry["outcome"] == "passed":
+        if entry := _passed(manifest, platform, path):
             return f"{entry['torch']} · {entry['date']}"
-        return text["skipped"] if entry else text["not_yet"]
+        return text["skipped"] if path in manifest[platform] else text["not_yet"]
 
     rows = [f"| {' | '.join(text['table'])} |", "|---|---|---|"]
     for snippet in all_snippets(root):
