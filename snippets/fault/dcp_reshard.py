@@ -1,12 +1,14 @@
 """Save a sharded checkpoint with DCP from 2 FSDP2 ranks, resume it sharded, and load it in one process."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/fault/dcp_reshard.py
 
+import gc
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
@@ -23,6 +25,14 @@ def init_mesh() -> DeviceMesh:
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
     return init_device_mesh(device_type, (int(os.environ["WORLD_SIZE"]),))  # also inits the process group
+
+
+def teardown_mesh(mesh: DeviceMesh) -> None:
+    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
+    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    dist.destroy_process_group()
+    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    getattr(mesh, "_pg_registry", {}).clear()
 
 
 def make_model() -> nn.Module:
@@ -69,41 +79,45 @@ def load_unsharded(path: Path) -> nn.Module:
 
 
 # --8<-- [start:main]
+def run(mesh: DeviceMesh, path: Path) -> None:
+    rank = dist.get_rank()
+    model, optimizer = sharded_model(mesh, seed=0)
+    model(torch.randn(4, 16, device=mesh.device_type)).sum().backward()
+    optimizer.step()  # AdamW now has sharded state (exp_avg, exp_avg_sq) to save too
+    save_sharded(model, optimizer, path)
+    full = {k: p.full_tensor().cpu() for k, p in model.state_dict().items()}  # all-gather, for the checks
+
+    resumed, resumed_opt = sharded_model(mesh, seed=1)  # different initial weights
+    load_sharded(resumed, resumed_opt, path)
+    for k, p in resumed.state_dict().items():
+        assert torch.equal(p.to_local(), model.state_dict()[k].to_local()), f"rank {rank}: {k} not restored"
+    assert torch.equal(
+        resumed_opt.state_dict()["state"][0]["exp_avg"].to_local(),
+        optimizer.state_dict()["state"][0]["exp_avg"].to_local(),
+    )
+
+    dist.barrier()  # every rank has written its shard
+    if rank == 0:
+        print("checkpoint files:", sorted(f.name for f in path.iterdir()))
+        plain = load_unsharded(path)
+        for k, t in plain.state_dict().items():
+            assert torch.equal(t, full[k]), f"{k}: 1-process load differs from the 2-rank model"
+        dcp_to_torch_save(path, path / "full.pt")  # one torch.save file for DCP-unaware tools
+        flat = torch.load(path / "full.pt", weights_only=True)
+        assert all(torch.equal(flat["model"][k], full[k]) for k in full)
+        print(f"saved on 2 ranks, loaded on 2 ranks and on 1 process: {len(full)} tensors equal")
+    dist.barrier()
+
+
 def main() -> None:
     mesh = init_mesh()
-    rank = dist.get_rank()
     path = Path(tempfile.gettempdir()) / f"dcp-{os.environ['TORCHELASTIC_RUN_ID']}"  # same on every rank
     try:
-        model, optimizer = sharded_model(mesh, seed=0)
-        model(torch.randn(4, 16, device=mesh.device_type)).sum().backward()
-        optimizer.step()  # AdamW now has sharded state (exp_avg, exp_avg_sq) to save too
-        save_sharded(model, optimizer, path)
-        full = {k: p.full_tensor().cpu() for k, p in model.state_dict().items()}  # all-gather, for the checks
-
-        resumed, resumed_opt = sharded_model(mesh, seed=1)  # different initial weights
-        load_sharded(resumed, resumed_opt, path)
-        for k, p in resumed.state_dict().items():
-            assert torch.equal(p.to_local(), model.state_dict()[k].to_local()), f"rank {rank}: {k} not restored"
-        assert torch.equal(
-            resumed_opt.state_dict()["state"][0]["exp_avg"].to_local(),
-            optimizer.state_dict()["state"][0]["exp_avg"].to_local(),
-        )
-
-        dist.barrier()  # every rank has written its shard
-        if rank == 0:
-            print("checkpoint files:", sorted(f.name for f in path.iterdir()))
-            plain = load_unsharded(path)
-            for k, t in plain.state_dict().items():
-                assert torch.equal(t, full[k]), f"{k}: 1-process load differs from the 2-rank model"
-            dcp_to_torch_save(path, path / "full.pt")  # one torch.save file for DCP-unaware tools
-            flat = torch.load(path / "full.pt", weights_only=True)
-            assert all(torch.equal(flat["model"][k], full[k]) for k in full)
-            print(f"saved on 2 ranks, loaded on 2 ranks and on 1 process: {len(full)} tensors equal")
-        dist.barrier()
+        run(mesh, path)  # every sharded model lives and dies in here, before the groups go
     finally:
-        if rank == 0:
+        if dist.get_rank() == 0:
             shutil.rmtree(path, ignore_errors=True)
-        dist.destroy_process_group()
+        teardown_mesh(mesh)
 
 
 if __name__ == "__main__":

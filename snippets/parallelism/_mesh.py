@@ -1,9 +1,12 @@
-"""Shared by this chapter's programs: a 1-D device mesh over all the ranks torchrun started."""
+"""Shared by this chapter's programs: a 1-D device mesh over all the ranks torchrun started, and its teardown."""
 
 # --8<-- [start:mesh]
+import gc
 import os
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 
@@ -17,6 +20,14 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
     # init_device_mesh calls init_process_group() when there is no process group yet
     mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
+
+
+def teardown_mesh(mesh: DeviceMesh) -> None:
+    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
+    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    dist.destroy_process_group()
+    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    getattr(mesh, "_pg_registry", {}).clear()
 
 
 # --8<-- [end:mesh]

@@ -5,8 +5,9 @@
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from _mesh import setup_mesh
+from _mesh import setup_mesh, teardown_mesh
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -48,61 +49,65 @@ def local_numel(tensors) -> int:
     return sum(t.to_local().numel() for t in tensors if isinstance(t, DTensor))
 
 
+def run(mesh: DeviceMesh, device: torch.device) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(1)
+    x = torch.randn(64, 32, device=device)
+    y = x[:, :8].sin()
+    x, y = x.chunk(world)[rank], y.chunk(world)[rank]  # each rank: its share of the batch
+
+    # --8<-- [start:compare]
+    ids = [device.index] if device.type == "cuda" else None
+    ddp = DDP(make_model().to(device), device_ids=ids)
+    train(ddp, x, y)
+    model = shard(make_model(), mesh)
+    optimizer = train(model, x, y)
+
+    for (name, p), ref in zip(model.named_parameters(), ddp.module.parameters()):
+        assert isinstance(p, DTensor) and p.placements[0].is_shard(dim=0), name
+        assert torch.equal(p.full_tensor(), ref), name  # full_tensor(): all-gather
+    # --8<-- [end:compare]
+
+    # --8<-- [start:memory]
+    full = sum(p.numel() for p in model.parameters())  # DTensor.numel(): global size
+    params = local_numel(model.parameters())
+    grads = local_numel(p.grad for p in model.parameters())
+    adam = local_numel(s for st in optimizer.state.values() for s in st.values())
+    assert params * world == full, (params, full)
+    assert grads == params and adam == 2 * params  # exp_avg + exp_avg_sq
+    if rank == 0:
+        print(f"parameters: {full} in all, {params} on each of {world} ranks; Adam state: {adam} per rank")
+    # --8<-- [end:memory]
+
+    # --8<-- [start:mixed]
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mixed = shard(make_model(), mesh, mp_policy=bf16)
+    out = mixed(x)  # parameters all-gathered in bf16, computed in bf16
+    nn.functional.mse_loss(out.float(), y).backward()  # reduce-scatter in fp32
+    assert out.dtype == torch.bfloat16
+    for p in mixed.parameters():  # the shards stay fp32: the optimizer's master weights
+        assert p.dtype == p.grad.dtype == torch.float32
+    # --8<-- [end:mixed]
+
+    # --8<-- [start:save]
+    # gathered to rank 0 only, in CPU memory; a collective: every rank calls it
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    if rank == 0:
+        plain = make_model()
+        plain.load_state_dict(state)  # the keys of the plain model: no FSDP prefixes
+        for a, b in zip(plain.parameters(), ddp.module.parameters()):
+            assert torch.equal(a, b.cpu())
+        print("FSDP2 == DDP after 5 Adam steps; the full state dict loads into a plain nn.Module")
+    # --8<-- [end:save]
+
+
 def main() -> None:
     mesh, device = setup_mesh()
-    rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        torch.manual_seed(1)
-        x = torch.randn(64, 32, device=device)
-        y = x[:, :8].sin()
-        x, y = x.chunk(world)[rank], y.chunk(world)[rank]  # each rank: its share of the batch
-
-        # --8<-- [start:compare]
-        ids = [device.index] if device.type == "cuda" else None
-        ddp = DDP(make_model().to(device), device_ids=ids)
-        train(ddp, x, y)
-        model = shard(make_model(), mesh)
-        optimizer = train(model, x, y)
-
-        for (name, p), ref in zip(model.named_parameters(), ddp.module.parameters()):
-            assert isinstance(p, DTensor) and p.placements[0].is_shard(dim=0), name
-            assert torch.equal(p.full_tensor(), ref), name  # full_tensor(): all-gather
-        # --8<-- [end:compare]
-
-        # --8<-- [start:memory]
-        full = sum(p.numel() for p in model.parameters())  # DTensor.numel(): global size
-        params = local_numel(model.parameters())
-        grads = local_numel(p.grad for p in model.parameters())
-        adam = local_numel(s for st in optimizer.state.values() for s in st.values())
-        assert params * world == full, (params, full)
-        assert grads == params and adam == 2 * params  # exp_avg + exp_avg_sq
-        if rank == 0:
-            print(f"parameters: {full} in all, {params} on each of {world} ranks; Adam state: {adam} per rank")
-        # --8<-- [end:memory]
-
-        # --8<-- [start:mixed]
-        bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        mixed = shard(make_model(), mesh, mp_policy=bf16)
-        out = mixed(x)  # parameters all-gathered in bf16, computed in bf16
-        nn.functional.mse_loss(out.float(), y).backward()  # reduce-scatter in fp32
-        assert out.dtype == torch.bfloat16
-        for p in mixed.parameters():  # the shards stay fp32: the optimizer's master weights
-            assert p.dtype == p.grad.dtype == torch.float32
-        # --8<-- [end:mixed]
-
-        # --8<-- [start:save]
-        # gathered to rank 0 only, in CPU memory; a collective: every rank calls it
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = get_model_state_dict(model, options=options)
-        if rank == 0:
-            plain = make_model()
-            plain.load_state_dict(state)  # the keys of the plain model: no FSDP prefixes
-            for a, b in zip(plain.parameters(), ddp.module.parameters()):
-                assert torch.equal(a, b.cpu())
-            print("FSDP2 == DDP after 5 Adam steps; the full state dict loads into a plain nn.Module")
-        # --8<-- [end:save]
+        run(mesh, device)  # every model lives and dies in here, before the groups go
     finally:
-        dist.destroy_process_group()
+        teardown_mesh(mesh)
 
 
 if __name__ == "__main__":

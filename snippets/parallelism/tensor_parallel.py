@@ -7,7 +7,8 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from _mesh import setup_mesh
+from _mesh import setup_mesh, teardown_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -22,47 +23,51 @@ class MLP(nn.Module):
         return self.down(nn.functional.gelu(self.up(x)))
 
 
+def run(mesh: DeviceMesh, device: torch.device) -> None:
+    world = mesh.size()
+    torch.manual_seed(0)  # the same weights and inputs on every rank
+    reference = MLP().to(device)
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+
+    # --8<-- [start:parallelize]
+    model = parallelize_module(
+        copy.deepcopy(reference),
+        mesh,
+        {"up": ColwiseParallel(), "down": RowwiseParallel()},  # column, then row
+    )
+    # each rank holds a slice of up's output features and of down's input features
+    assert model.up.weight.to_local().shape == (64 // world, 16)
+    assert model.down.weight.to_local().shape == (16, 64 // world)
+    # --8<-- [end:parallelize]
+
+    # --8<-- [start:check]
+    x_tp = x.detach().clone().requires_grad_()
+    with CommDebugMode() as forward_comms:
+        out = model(x_tp)  # a plain tensor: RowwiseParallel all-reduced the partial sums
+    with CommDebugMode() as backward_comms:
+        out.sum().backward()  # ColwiseParallel all-reduces the input's gradient
+    assert forward_comms.get_total_counts() == backward_comms.get_total_counts() == 1
+
+    reference(x).sum().backward()
+    torch.testing.assert_close(out, reference(x))  # same outputs as the unsharded MLP
+    torch.testing.assert_close(x_tp.grad, x.grad)  # same gradient for the input
+    for (name, p), ref in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.full_tensor(), ref.grad, msg=name)
+    # --8<-- [end:check]
+    if dist.get_rank() == 0:
+        print(
+            f"TP on {world} ranks == unsharded MLP (outputs and gradients); collectives: "
+            f"{forward_comms.get_total_counts()} in forward, "
+            f"{backward_comms.get_total_counts()} in backward"
+        )
+
+
 def main() -> None:
     mesh, device = setup_mesh()
-    world = mesh.size()
     try:
-        torch.manual_seed(0)  # the same weights and inputs on every rank
-        reference = MLP().to(device)
-        x = torch.randn(8, 16, device=device, requires_grad=True)
-
-        # --8<-- [start:parallelize]
-        model = parallelize_module(
-            copy.deepcopy(reference),
-            mesh,
-            {"up": ColwiseParallel(), "down": RowwiseParallel()},  # column, then row
-        )
-        # each rank holds a slice of up's output features and of down's input features
-        assert model.up.weight.to_local().shape == (64 // world, 16)
-        assert model.down.weight.to_local().shape == (16, 64 // world)
-        # --8<-- [end:parallelize]
-
-        # --8<-- [start:check]
-        x_tp = x.detach().clone().requires_grad_()
-        with CommDebugMode() as forward_comms:
-            out = model(x_tp)  # a plain tensor: RowwiseParallel all-reduced the partial sums
-        with CommDebugMode() as backward_comms:
-            out.sum().backward()  # ColwiseParallel all-reduces the input's gradient
-        assert forward_comms.get_total_counts() == backward_comms.get_total_counts() == 1
-
-        reference(x).sum().backward()
-        torch.testing.assert_close(out, reference(x))  # same outputs as the unsharded MLP
-        torch.testing.assert_close(x_tp.grad, x.grad)  # same gradient for the input
-        for (name, p), ref in zip(model.named_parameters(), reference.parameters()):
-            torch.testing.assert_close(p.grad.full_tensor(), ref.grad, msg=name)
-        # --8<-- [end:check]
-        if dist.get_rank() == 0:
-            print(
-                f"TP on {world} ranks == unsharded MLP (outputs and gradients); collectives: "
-                f"{forward_comms.get_total_counts()} in forward, "
-                f"{backward_comms.get_total_counts()} in backward"
-            )
+        run(mesh, device)  # every model lives and dies in here, before the groups go
     finally:
-        dist.destroy_process_group()
+        teardown_mesh(mesh)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,12 @@
     sort /tmp/teardown_probe.txt | uniq -c
 
 Python imports this module at start-up in every process (the runner passes PYTHONPATH on). Once
-torch.distributed.distributed_c10d is imported, it wraps init_process_group and destroy_process_group, and logs per
-process how many of the threads started by init are still alive after a full destroy, and again at exit. "0 of 3"
-after destroy: the group was freed there, with the GIL released. More: something held the group (a DDP model, a
-DeviceMesh, torch._dynamo imported late), so gloo's threads are joined later, or never (see the debugging page,
-#exit-abort). Programs whose group is created another way (init_device_mesh) show "of 0".
+torch.distributed.distributed_c10d is imported, it wraps destroy_process_group and logs per process how many of
+gloo's threads (by name: gloo_tcp_loop, pt_gloo_runloop) are alive after a full destroy, and again at exit. "0" after
+destroy: the group was freed there, with the GIL released. More: something held the group (a DDP model,
+torch.distributed.nn imported after init, a DeviceMesh kept by DTensor's caches), so gloo's threads are joined
+later (the mesh programs' teardown_mesh lets go right after destroy), or never. The verdict is "at exit": 0 means no
+gloo thread is left when Python starts finalizing, so none can abort it (see the debugging page, #exit-abort).
 """
 
 import atexit
@@ -22,8 +23,11 @@ LOG = Path(os.environ.get("TEARDOWN_PROBE_LOG", "/tmp/teardown_probe.txt"))
 TARGET = "torch.distributed.distributed_c10d"
 
 
-def _threads() -> set[int]:
-    return {int(task.name) for task in Path("/proc/self/task").iterdir()}
+GLOO_THREADS = {"gloo_tcp_loop", "pt_gloo_runloop"}
+
+
+def _gloo_threads() -> int:
+    return sum((task / "comm").read_text().strip() in GLOO_THREADS for task in Path("/proc/self/task").iterdir())
 
 
 def _log(message: str) -> None:
@@ -32,22 +36,15 @@ def _log(message: str) -> None:
 
 
 def _wrap(c10d) -> None:
-    started: set[int] = set()
-    init, destroy = c10d.init_process_group, c10d.destroy_process_group
-
-    def init_process_group(*args, **kwargs):
-        before = _threads()
-        result = init(*args, **kwargs)
-        started.update(_threads() - before)
-        return result
+    destroy = c10d.destroy_process_group
 
     def destroy_process_group(group=None):
         destroy(group)
         if group is None:
-            _log(f"after destroy: {len(started & _threads())} of {len(started)} threads alive")
+            _log(f"after destroy: {_gloo_threads()} gloo threads alive")
 
-    c10d.init_process_group, c10d.destroy_process_group = init_process_group, destroy_process_group
-    atexit.register(lambda: started and _log(f"at exit: {len(started & _threads())} threads alive"))
+    c10d.destroy_process_group = destroy_process_group
+    atexit.register(lambda: _log(f"at exit: {_gloo_threads()} gloo threads alive"))
 
 
 class _Hook(importlib.abc.MetaPathFinder):
