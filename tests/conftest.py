@@ -1,12 +1,17 @@
+import functools
+import http.server
 import os
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from filelock import FileLock
 
 from guidekit import ROOT
+from guidekit.pages import site_path
 
 
 def source_date_epoch() -> str:
@@ -51,3 +56,49 @@ def built_site(tmp_path_factory):
             done.write_text(f"{time.monotonic() - started:.1f}")
     print(f"\nsite built in {done.read_text()} s")
     return site
+
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(built_site, tmp_path_factory):
+    """The built site served on 127.0.0.1 under the same path as when published."""
+    root = tmp_path_factory.mktemp("web")
+    mount = root / site_path().lstrip("/") if site_path() else root / "site"
+    mount.parent.mkdir(parents=True, exist_ok=True)
+    mount.symlink_to(built_site, target_is_directory=True)
+    handler = functools.partial(QuietHandler, directory=str(root if site_path() else mount))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}{site_path()}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser tests, but {CHROMIUM} is missing (apt-get install chromium)")
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set CHROMIUM=...)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -1,32 +1,17 @@
 """The site as readers meet it: Debian's Chromium, driven by Playwright, against the built site on 127.0.0.1."""
 
-import functools
 import gzip
-import http.server
 import json
-import os
 import re
-import threading
-from pathlib import Path
 
 import pytest
 
 from guidekit import ROOT
-from guidekit.pages import LANGS, fences, page_files, pages, site_path, url_path
+from guidekit.pages import LANGS, fences, page_files, pages, url_path
 from guidekit.sections import target_text
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = ROOT / "artifacts"
 # Bytes a reader downloads for one page into an empty cache, text gzip-compressed as GitHub Pages serves it.
 # Measured: Material's CSS + JS + search worker ~75 KB, the search index of both languages (loaded on every
@@ -34,40 +19,6 @@ ARTIFACTS = ROOT / "artifacts"
 # and an SVG plot). 500 KB leaves room for growth, and catches a stray image or a font fetched by mistake.
 PAGE_BUDGET_BYTES = 500_000
 COMPRESSED_TYPES = ("text/", "javascript", "json", "svg", "xml")
-
-
-@pytest.fixture(scope="module")
-def base_url(built_site, tmp_path_factory):
-    """The built site served on 127.0.0.1 under the same path as when published."""
-    root = tmp_path_factory.mktemp("web")
-    mount = root / site_path().lstrip("/") if site_path() else root / "site"
-    mount.parent.mkdir(parents=True, exist_ok=True)
-    mount.symlink_to(built_site, target_is_directory=True)
-    handler = functools.partial(QuietHandler, directory=str(root if site_path() else mount))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}{site_path()}"
-    server.shutdown()
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests, but {CHROMIUM} is missing (apt-get install chromium)")
-        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set CHROMIUM=...)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 class Visit:
@@ -164,33 +115,6 @@ def test_language_switcher_keeps_page_and_section(visit, base_url, name):
     page.locator(".md-header__option .md-select").hover()
     page.locator('a[hreflang="ko"]').click()
     page.wait_for_url(f"{ko}#{anchor}")
-
-
-SEARCHES = [
-    ("ko", "분산", "ddp/"),
-    ("ko", "혼합 정밀도", "practices/mixed-precision/"),
-    ("ko", "체크포인트", "fault-tolerance/"),
-    ("ko", "기울기 누적", "training-loop/"),
-    ("en", "mixed precision", "practices/mixed-precision/"),
-    ("en", "checkpoint", "fault-tolerance/"),
-    ("en", "gradient accumulation", "training-loop/"),
-]
-
-
-@pytest.mark.parametrize("lang,query,expected", SEARCHES)
-def test_search_finds_the_right_page(visit, base_url, lang, query, expected):
-    prefix = f"{site_path()}/" if lang == "ko" else f"{site_path()}/en/"
-    page = visit().open(base_url + prefix.removeprefix(site_path()))
-    box = page.locator("input.md-search__input")
-    box.click()
-    box.fill(query)
-    box.press("End")  # Material searches on key events; fill() alone types Hangul without one
-    page.locator(".md-search-result__item").first.wait_for(timeout=30_000)
-    found = page.evaluate(
-        "[...document.querySelectorAll('.md-search-result__item > a')].map(a => new URL(a.href).pathname)"
-    )
-    top_pages = list(dict.fromkeys(found))[:5]  # one entry per page, best first
-    assert prefix + expected in top_pages, f"'{query}' gave {top_pages}"
 
 
 def copied_text(page, block_index):
