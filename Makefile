@@ -6,7 +6,7 @@ N ?= 20
 # make soak runs the snippets as make test does (three workers); SOAK_ARGS= runs them one at a time
 SOAK_ARGS ?= -n 3
 
-.PHONY: serve test lint build snippets outputs soak sync-copies clean
+.PHONY: serve test lint build snippets outputs soak multinode sync-copies clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ outputs: $(BIN)/.installed  ## run every snippet and record what it printed (sni
 
 soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
 	$(BIN)/python tests/soak.py --runs $(N) -- $(SOAK_ARGS)
+
+# Needs root (network namespaces); skipped without it, a failure under CI=true.
+multinode: $(BIN)/.installed  ## torchrun across two hosts made of network namespaces (tests/multinode)
+	$(BIN)/python -m pytest tests/multinode
 
 sync-copies: $(BIN)/.installed  ## rewrite every setup() copy from snippets/ddp/train_torchrun.py
 	$(BIN)/python -m guidekit.copies --write

@@ -1,0 +1,40 @@
+"""Fixtures for the two-host tests: `bed`, two hosts in network namespaces (see testbed.py)."""
+
+import os
+
+import pytest
+from testbed import TwoHosts, unavailable
+
+
+def _cannot(reason: str) -> None:
+    """Skip with the reason; under CI=true a missing test bed fails the test instead."""
+    message = f"two-host test bed: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (CI=true: a missing test bed is a failure, not a skip)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def bed_available() -> None:
+    """Skip (or under CI=true fail) where no bed can be built: not root, no `ip netns`, no `unshare`."""
+    reason = unavailable()
+    if reason:
+        _cannot(reason)
+
+
+@pytest.fixture
+def bed(request, bed_available):
+    """A fresh bed (node1, node2) for one test, torn down after it, also when the test fails.
+
+    Options for TwoHosts come from indirect parametrization:
+    `@pytest.mark.parametrize("bed", [{"own_name_on_loopback": True}], indirect=True)`.
+    """
+    made = TwoHosts(**getattr(request, "param", {}))
+    try:
+        made.__enter__()
+    except RuntimeError as error:  # e.g. `ip netns add` refused in an unprivileged container
+        _cannot(str(error))
+    try:
+        yield made
+    finally:
+        made.teardown()
