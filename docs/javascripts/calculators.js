@@ -1,0 +1,646 @@
+// Calculators page: memory per GPU, DDP step time, launch commands.
+// Plain JavaScript: no server, no request, no library. Labels follow <html lang>.
+// The models are the ones the guide's chapters state; tests/test_calculators.py checks them.
+(() => {
+  "use strict";
+
+  const TEXT = {
+    en: {
+      params: "Parameters (Ψ)",
+      paramsHint: "e.g. 7B, 1.5e9, 33672",
+      precision: "Precision",
+      fp32: "fp32",
+      amp: "bf16 autocast, fp32 master weights",
+      bf16: "pure bf16 (weights, gradients and optimizer state)",
+      optimizer: "Optimizer",
+      sgd: "SGD",
+      momentum: "SGD with momentum",
+      adam: "Adam / AdamW",
+      layout: "Data parallelism",
+      ddp: "DDP (full replica)",
+      fsdpTrue: "FSDP2, reshard_after_forward=True",
+      fsdpFalse: "FSDP2, reshard_after_forward=False",
+      dp: "Data-parallel size (DP)",
+      tp: "Tensor-parallel size (TP)",
+      pp: "Pipeline-parallel size (PP)",
+      unit: "Parameters of the largest FSDP unit",
+      unitHint: "e.g. one transformer block: 202M in Llama 2 7B",
+      bucketView: "DDP with gradient_as_bucket_view=True",
+      item: "",
+      formula: "formula",
+      perGpu: "per GPU",
+      weights: "Weights",
+      grads: "Gradients",
+      optState: "Optimizer state",
+      states: "Training state (sum)",
+      gathered: "All-gathered parameters (transient)",
+      buckets: "DDP gradient buckets",
+      peak: "With the transient buffers",
+      gpus: "GPUs",
+      perParam: "Bytes per parameter before splitting",
+      twoUnits: "2 units: the one computing and the next, prefetched",
+      allUnits: "every unit, kept from forward to backward",
+      bucketViews: "0: the gradients are views into the buckets",
+      zero: "ZeRO §3.1 counts 2 + 2 + 12 = 16 B for mixed-precision Adam",
+      notCounted: "Not counted: activations, the CUDA context, NCCL buffers, allocator fragmentation.",
+      invalid: "Check the inputs: ",
+      grad: "Gradient size (MiB)",
+      gradHint: "parameters × 4 B for fp32 gradients",
+      bucket: "Bucket cap, bucket_cap_mb (MiB)",
+      first: "First bucket cap (MiB)",
+      firstHint: "1 MiB while bucket_cap_mb is left at its default",
+      link: "Link",
+      custom: "your own figure",
+      rate: "Link rate per direction (GB/s)",
+      eff: "busbw as a share of the link rate (%)",
+      effHint: "80% as on the performance page; 100% for a measured busbw",
+      world: "GPUs (world size n)",
+      compute: "Compute time per step (ms)",
+      computeHint: "measured at this per-GPU batch, all GPUs busy (the step under no_sync())",
+      busbw: "busbw",
+      bucketList: "Buckets",
+      comm: "All-reduce per step",
+      last: "Last bucket",
+      noOverlap: "Step, no overlap",
+      overlap: "Step, full overlap",
+      speedup: "Speed-up over one GPU",
+      efficiency: "Scaling efficiency",
+      noOvShort: "no overlap",
+      ovShort: "overlap",
+      value: "value",
+      fCompute: "compute",
+      fStep: "step",
+      fLast: "last",
+      bucketRule: (first, cap) => `first ≤ ${first} MiB, then ≤ ${cap} MiB each`,
+      nodes: "Nodes",
+      gpn: "GPUs per node",
+      launcher: "Launcher",
+      torchrun: "torchrun on each node",
+      slurmTorchrun: "Slurm: srun torchrun",
+      slurmPython: "Slurm: srun python (no torchrun)",
+      k8s: "Kubernetes (Indexed Job)",
+      script: "Training script",
+      noteSingle: "Run it on the node. --standalone runs the rendezvous store on a free port of this node.",
+      noteNodes: "Run the same command on every node, with HEAD_NODE and JOB_ID set (see the comment).",
+      noteSlurmTorchrun: "Save it as a file and submit it with sbatch. For 2 nodes of 8 GPUs it is snippets/launch/slurm_train.sbatch.",
+      noteSlurmPython:
+        "Save it as a file and submit it with sbatch. The program maps SLURM_* to RANK, LOCAL_RANK, ... itself, like env_from_slurm() in env_vars.py. For 2 nodes of 8 GPUs it is snippets/launch/slurm_srun.sbatch.",
+      noteK8s:
+        "The command of every pod of an Indexed Job named ddp, one pod per node, with a headless Service named ddp as the pods' subdomain. The manifest comes with the multi-node chapter.",
+    },
+    ko: {
+      params: "파라미터 수(Ψ)",
+      paramsHint: "예: 7B, 1.5e9, 33672",
+      precision: "정밀도",
+      fp32: "fp32",
+      amp: "bf16 autocast, fp32 마스터 가중치",
+      bf16: "순수 bf16(가중치·기울기·옵티마이저 상태 모두)",
+      optimizer: "옵티마이저",
+      sgd: "SGD",
+      momentum: "SGD + 모멘텀",
+      adam: "Adam / AdamW",
+      layout: "데이터 병렬 방식",
+      ddp: "DDP(전체 복제)",
+      fsdpTrue: "FSDP2, reshard_after_forward=True",
+      fsdpFalse: "FSDP2, reshard_after_forward=False",
+      dp: "데이터 병렬 크기(DP)",
+      tp: "텐서 병렬 크기(TP)",
+      pp: "파이프라인 병렬 크기(PP)",
+      unit: "가장 큰 FSDP 단위의 파라미터 수",
+      unitHint: "예: 트랜스포머 블록 하나, Llama 2 7B에서 202M",
+      bucketView: "DDP에 gradient_as_bucket_view=True 지정",
+      item: "",
+      formula: "식",
+      perGpu: "GPU당",
+      weights: "가중치",
+      grads: "기울기",
+      optState: "옵티마이저 상태",
+      states: "학습 상태 합계",
+      gathered: "all-gather한 파라미터(일시적)",
+      buckets: "DDP 기울기 버킷",
+      peak: "일시 버퍼까지 더한 값",
+      gpus: "GPU 수",
+      perParam: "나누기 전 파라미터당 바이트",
+      twoUnits: "단위 2개: 계산 중인 것과 미리 모아 두는 다음 것",
+      allUnits: "모든 단위, 순전파부터 역전파까지 유지",
+      bucketViews: "0: 기울기가 버킷의 뷰(view)",
+      zero: "ZeRO 3.1절은 혼합 정밀도 Adam을 2 + 2 + 12 = 16 B로 셉니다",
+      notCounted: "빠진 것: 활성값, CUDA 컨텍스트, NCCL 버퍼, 메모리 할당기의 단편화.",
+      invalid: "입력을 확인하세요: ",
+      grad: "기울기 크기(MiB)",
+      gradHint: "fp32 기울기라면 파라미터 수 × 4 B",
+      bucket: "버킷 상한 bucket_cap_mb(MiB)",
+      first: "첫 버킷 상한(MiB)",
+      firstHint: "bucket_cap_mb를 기본값으로 두면 1 MiB",
+      link: "연결",
+      custom: "직접 입력",
+      rate: "방향당 링크 속도(GB/s)",
+      eff: "링크 속도 대비 busbw(%)",
+      effHint: "성능 비교 페이지처럼 80%, 직접 잰 busbw라면 100%",
+      world: "GPU 수(월드 크기 n)",
+      compute: "스텝당 계산 시간(ms)",
+      computeHint: "이 GPU당 배치로, 모든 GPU가 함께 돌 때 잰 값(no_sync() 안의 스텝)",
+      busbw: "busbw",
+      bucketList: "버킷",
+      comm: "스텝당 올리듀스",
+      last: "마지막 버킷",
+      noOverlap: "스텝, 겹침 없음",
+      overlap: "스텝, 완전 겹침",
+      speedup: "GPU 1개 대비 속도 향상",
+      efficiency: "확장 효율",
+      noOvShort: "겹침 없음",
+      ovShort: "겹침",
+      value: "값",
+      fCompute: "계산",
+      fStep: "스텝",
+      fLast: "마지막",
+      bucketRule: (first, cap) => `첫 버킷 ≤ ${first} MiB, 나머지 각각 ≤ ${cap} MiB`,
+      nodes: "노드 수",
+      gpn: "노드당 GPU 수",
+      launcher: "실행 방식",
+      torchrun: "노드마다 torchrun",
+      slurmTorchrun: "Slurm: srun torchrun",
+      slurmPython: "Slurm: srun python(torchrun 없이)",
+      k8s: "Kubernetes(Indexed Job)",
+      script: "학습 스크립트",
+      noteSingle: "그 노드에서 실행하세요. --standalone은 랑데부용 키-값 저장소를 이 노드의 빈 포트에 띄웁니다.",
+      noteNodes: "모든 노드에서 같은 명령을 실행하세요. HEAD_NODE와 JOB_ID는 주석대로 정해 둡니다.",
+      noteSlurmTorchrun:
+        "파일로 저장해 sbatch로 제출하세요. 노드 2개, GPU 8개라면 snippets/launch/slurm_train.sbatch와 같습니다.",
+      noteSlurmPython:
+        "파일로 저장해 sbatch로 제출하세요. 프로그램이 env_vars.py의 env_from_slurm()처럼 SLURM_* 변수를 RANK, LOCAL_RANK 등으로 직접 옮겨야 합니다. 노드 2개, GPU 8개라면 snippets/launch/slurm_srun.sbatch와 같습니다.",
+      noteK8s:
+        "이름이 ddp인 Indexed Job의 모든 파드가 실행할 명령입니다. 노드마다 파드 하나, 파드의 subdomain은 이름이 ddp인 헤드리스 서비스입니다. 매니페스트는 멀티 노드 장과 함께 나옵니다.",
+    },
+  };
+
+  // Per-direction link rates; the first three are _report.LINKS of the performance page.
+  const LINKS = [
+    { name: "NVLink 4 (H100/H200 SXM)", rate: 450 },
+    { name: "PCIe Gen5 x16", rate: 63 },
+    { name: "PCIe Gen4 x16", rate: 31.5 },
+    { name: "400 Gb/s (InfiniBand NDR)", rate: 50 },
+    { name: "200 Gb/s (InfiniBand HDR)", rate: 25 },
+  ];
+  const LINK_EFFICIENCY = 80; // percent, _report.LINK_EFFICIENCY
+  const MiB = 2 ** 20;
+
+  // Bytes per element: weights, gradients, one optimizer state, FSDP2 all-gather (param_dtype).
+  const PRECISION = {
+    fp32: { w: 4, g: 4, s: 4, gather: 4 },
+    amp: { w: 4, g: 4, s: 4, gather: 2 },
+    bf16: { w: 2, g: 2, s: 2, gather: 2 },
+  };
+  const STATES = { sgd: 0, momentum: 1, adam: 2 }; // optimizer tensors per parameter
+
+  let lang = "en";
+  const t = (key) => TEXT[lang][key];
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) {
+      if (key === "text") node.textContent = value;
+      else node.setAttribute(key, value);
+    }
+    node.append(...children);
+    return node;
+  }
+
+  function field(id, label, control, hint) {
+    control.id = id;
+    const wrap = el("div", { class: "calc-field" }, el("label", { for: id, text: label }), control);
+    if (hint) wrap.append(el("small", { text: hint }));
+    return wrap;
+  }
+
+  function input(value, type = "text") {
+    return el("input", { type, value: String(value), autocomplete: "off", spellcheck: "false" });
+  }
+
+  function select(options, chosen) {
+    const node = el("select");
+    for (const [value, label] of options) {
+      const option = el("option", { value, text: label });
+      if (value === chosen) option.selected = true;
+      node.append(option);
+    }
+    return node;
+  }
+
+  function checkbox(id, label) {
+    const box = el("input", { type: "checkbox", id });
+    return el("div", { class: "calc-field calc-check" }, box, el("label", { for: id, text: label }));
+  }
+
+  // "7B", "1.5e9", "202M", "33,672" -> a number; NaN when it is not one.
+  function count(text) {
+    const match = String(text)
+      .replace(/[\s,_]/g, "")
+      .match(/^(\d+(?:\.\d*)?(?:e[+-]?\d+)?)([kmgbt]?)$/i);
+    if (!match) return NaN;
+    const scale = { "": 1, k: 1e3, m: 1e6, g: 1e9, b: 1e9, t: 1e12 }[match[2].toLowerCase()];
+    return parseFloat(match[1]) * scale;
+  }
+
+  function positive(text) {
+    const value = count(text);
+    return value > 0 ? value : NaN;
+  }
+
+  function integer(text) {
+    const value = count(text);
+    return Number.isInteger(value) && value >= 1 ? value : NaN;
+  }
+
+  const number = (x, digits = 0) =>
+    x.toLocaleString(lang, { maximumFractionDigits: digits, minimumFractionDigits: 0 });
+
+  function bytes(x) {
+    if (x === 0) return "0 B";
+    const units = ["B", "kB", "MB", "GB", "TB"];
+    const binary = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const d = Math.min(units.length - 1, Math.max(0, Math.floor(Math.log10(x) / 3)));
+    const b = Math.min(binary.length - 1, Math.max(0, Math.floor(Math.log2(x) / 10)));
+    const first = d === 0 ? `${number(x)} B` : `${number(x / 10 ** (3 * d), 2)} ${units[d]}`;
+    const second = b === 0 ? "" : ` (${number(x / 2 ** (10 * b), 2)} ${binary[b]})`;
+    return first + second;
+  }
+
+  function table(headers, rows) {
+    const head = el("tr", {}, ...headers.map((h) => el("th", { text: h })));
+    const body = rows.map(([label, formula, value, attrs]) =>
+      el("tr", attrs || {}, el("td", { text: label }), el("td", { class: "calc-formula", text: formula }), el("td", { class: "calc-value", text: value })),
+    );
+    return el("table", {}, el("thead", {}, head), el("tbody", {}, ...body));
+  }
+
+  function show(out, problems, build) {
+    out.replaceChildren();
+    if (problems.length) {
+      out.append(el("p", { class: "calc-error", text: t("invalid") + problems.join(", ") }));
+      return;
+    }
+    build();
+  }
+
+  // ---- memory per GPU ---------------------------------------------------------------------------
+  // Model: the parallelism page (#memory-model, #reshard-after-forward), after ZeRO §3.1.
+  function memory(psi, precision, optimizer, layout, dp, tp, pp, unit, bucketView) {
+    const p = PRECISION[precision];
+    const k = STATES[optimizer];
+    const fsdp = layout !== "ddp";
+    const split = tp * pp * (fsdp ? dp : 1); // DDP replicates over DP, FSDP2 shards over it
+    const weights = (psi * p.w) / split;
+    const grads = (psi * p.g) / split;
+    const optState = (psi * k * p.s) / split;
+    let transient;
+    if (layout === "fsdpTrue") transient = (2 * unit * p.gather) / tp;
+    else if (layout === "fsdpFalse") transient = (psi * p.gather) / (tp * pp);
+    else transient = bucketView ? 0 : (psi * p.g) / (tp * pp);
+    return { weights, grads, optState, states: weights + grads + optState, transient, peak: weights + grads + optState + transient };
+  }
+
+  function buildMemory(root) {
+    const f = {
+      params: input("7B"),
+      precision: select(["fp32", "amp", "bf16"].map((v) => [v, t(v)]), "amp"),
+      optimizer: select(["sgd", "momentum", "adam"].map((v) => [v, t(v)]), "adam"),
+      layout: select(["ddp", "fsdpTrue", "fsdpFalse"].map((v) => [v, t(v)]), "fsdpTrue"),
+      dp: input(8, "number"),
+      tp: input(1, "number"),
+      pp: input(1, "number"),
+      unit: input("202M"),
+    };
+    const view = checkbox("mem-bucket-view", t("bucketView"));
+    const form = el(
+      "div",
+      { class: "calc-form" },
+      field("mem-params", t("params"), f.params, t("paramsHint")),
+      field("mem-precision", t("precision"), f.precision),
+      field("mem-optimizer", t("optimizer"), f.optimizer),
+      field("mem-layout", t("layout"), f.layout),
+      field("mem-dp", t("dp"), f.dp),
+      field("mem-tp", t("tp"), f.tp),
+      field("mem-pp", t("pp"), f.pp),
+      field("mem-unit", t("unit"), f.unit, t("unitHint")),
+      view,
+    );
+    const out = el("div", { class: "calc-output", id: "mem-output", "aria-live": "polite" });
+    root.append(form, out);
+    const box = view.querySelector("input");
+
+    function update() {
+      const psi = positive(f.params.value);
+      const [dp, tp, pp] = [f.dp, f.tp, f.pp].map((x) => integer(x.value));
+      const layout = f.layout.value;
+      const unit = layout === "fsdpTrue" ? positive(f.unit.value) : 0;
+      f.unit.disabled = layout !== "fsdpTrue";
+      box.disabled = layout !== "ddp";
+      const problems = [];
+      if (Number.isNaN(psi)) problems.push(t("params"));
+      for (const [key, value] of [["dp", dp], ["tp", tp], ["pp", pp]]) if (Number.isNaN(value)) problems.push(t(key));
+      if (Number.isNaN(unit)) problems.push(t("unit"));
+      show(out, problems, () => {
+        const precision = f.precision.value;
+        const optimizer = f.optimizer.value;
+        const p = PRECISION[precision];
+        const k = STATES[optimizer];
+        const m = memory(psi, precision, optimizer, layout, dp, tp, pp, unit, box.checked);
+        const fsdp = layout !== "ddp";
+        const div = fsdp ? "(DP·TP·PP)" : "(TP·PP)";
+        const divNum = fsdp ? `(${dp}·${tp}·${pp})` : `(${tp}·${pp})`;
+        const psiText = number(psi);
+        const row = (key, label, formula, value) => [label, formula, bytes(value), { id: `mem-${key}`, "data-bytes": String(value) }];
+        const rows = [
+          row("weights", t("weights"), `Ψ × ${p.w} B / ${div} = ${psiText} × ${p.w} / ${divNum}`, m.weights),
+          row("grads", t("grads"), `Ψ × ${p.g} B / ${div} = ${psiText} × ${p.g} / ${divNum}`, m.grads),
+          row("opt", t("optState"), `Ψ × ${k} × ${p.s} B / ${div} = ${psiText} × ${k * p.s} / ${divNum}`, m.optState),
+          row("states", t("states"), `${t("weights")} + ${t("grads")} + ${t("optState")}`, m.states),
+        ];
+        if (layout === "fsdpTrue") {
+          rows.push(row("transient", t("gathered"), `2 × ${number(unit)} × ${p.gather} B / ${tp}: ${t("twoUnits")}`, m.transient));
+        } else if (layout === "fsdpFalse") {
+          rows.push(row("transient", t("gathered"), `Ψ × ${p.gather} B / (TP·PP): ${t("allUnits")}`, m.transient));
+        } else {
+          const formula = box.checked ? t("bucketViews") : `Ψ × ${p.g} B / (TP·PP)`;
+          rows.push(row("transient", t("buckets"), formula, m.transient));
+        }
+        rows.push(row("peak", t("peak"), `${t("states")} + ${rows[4][0]}`, m.peak));
+        const perParam = p.w + p.g + k * p.s;
+        out.append(
+          table([t("item"), t("formula"), t("perGpu")], rows),
+          el("p", {
+            id: "mem-summary",
+            text:
+              `${t("gpus")}: DP × TP × PP = ${dp} × ${tp} × ${pp} = ${number(dp * tp * pp)}. ` +
+              `${t("perParam")}: ${p.w} + ${p.g} + ${k} × ${p.s} = ${perParam} B (${t("zero")}). ${t("notCounted")}`,
+          }),
+        );
+      });
+    }
+    form.addEventListener("input", update);
+    form.addEventListener("change", update);
+    update();
+  }
+
+  // ---- DDP step time ----------------------------------------------------------------------------
+  // Model: the performance page (#performance-model), predict() in snippets/benchmark/ddp_benchmark.py.
+  function bucketsOf(total, cap, first) {
+    const out = [];
+    let left = total;
+    if (left > 0) {
+      out.push(Math.min(first, left));
+      left -= out[0];
+    }
+    while (left > 1e-9) {
+      out.push(Math.min(cap, left));
+      left -= out[out.length - 1];
+    }
+    return out;
+  }
+
+  function stepTime(gradBytes, capBytes, firstBytes, busbw, world, compute) {
+    const buckets = bucketsOf(gradBytes, capBytes, firstBytes);
+    const ring = (2 * (world - 1)) / world;
+    const times = world === 1 ? [] : buckets.map((b) => ((ring * b) / (busbw * 1e9)) * 1e3);
+    const comm = times.reduce((a, b) => a + b, 0);
+    const last = times.length ? times[times.length - 1] : 0;
+    const noOverlap = compute + comm;
+    const overlap = world === 1 ? compute : Math.max(compute, comm - last) + last;
+    return { buckets, ring, comm, last, noOverlap, overlap };
+  }
+
+  function describeBuckets(buckets) {
+    const groups = [];
+    for (const b of buckets) {
+      const size = number(b / MiB, 2);
+      if (groups.length && groups[groups.length - 1][0] === size) groups[groups.length - 1][1] += 1;
+      else groups.push([size, 1]);
+    }
+    return groups.map(([size, n]) => (n > 1 ? `${n} × ${size} MiB` : `${size} MiB`)).join(", ");
+  }
+
+  function buildStep(root) {
+    const f = {
+      grad: input(1024),
+      bucket: input(25),
+      first: input(1),
+      link: select([...LINKS.map((l, i) => [String(i), `${l.name}: ${l.rate} GB/s`]), ["custom", t("custom")]], "0"),
+      rate: input(LINKS[0].rate),
+      eff: input(LINK_EFFICIENCY),
+      world: input(8, "number"),
+      compute: input(200),
+    };
+    const form = el(
+      "div",
+      { class: "calc-form" },
+      field("step-grad", t("grad"), f.grad, t("gradHint")),
+      field("step-bucket", t("bucket"), f.bucket),
+      field("step-first", t("first"), f.first, t("firstHint")),
+      field("step-link", t("link"), f.link),
+      field("step-rate", t("rate"), f.rate),
+      field("step-eff", t("eff"), f.eff, t("effHint")),
+      field("step-world", t("world"), f.world),
+      field("step-compute", t("compute"), f.compute, t("computeHint")),
+    );
+    const out = el("div", { class: "calc-output", id: "step-output", "aria-live": "polite" });
+    root.append(form, out);
+
+    f.link.addEventListener("change", () => {
+      if (f.link.value !== "custom") f.rate.value = String(LINKS[Number(f.link.value)].rate);
+    });
+    f.rate.addEventListener("input", () => {
+      const preset = LINKS.findIndex((l) => String(l.rate) === f.rate.value.trim());
+      f.link.value = preset >= 0 ? String(preset) : "custom";
+    });
+
+    function update() {
+      const grad = positive(f.grad.value);
+      const cap = positive(f.bucket.value);
+      const first = positive(f.first.value);
+      const rate = positive(f.rate.value);
+      const eff = positive(f.eff.value);
+      const world = integer(f.world.value);
+      const compute = count(f.compute.value);
+      const problems = [];
+      for (const [key, value] of [["grad", grad], ["bucket", cap], ["first", first], ["rate", rate], ["eff", eff], ["world", world], ["compute", compute]]) {
+        if (Number.isNaN(value)) problems.push(t(key));
+      }
+      show(out, problems, () => {
+        const busbw = (rate * eff) / 100;
+        const s = stepTime(grad * MiB, cap * MiB, first * MiB, busbw, world, compute);
+        const speedNo = (world * compute) / s.noOverlap;
+        const speedOv = (world * compute) / s.overlap;
+        const ms = (x) => `${number(x, 3)} ms`;
+        const row = (key, label, formula, text, value) => [label, formula, text, { id: `step-${key}`, "data-value": String(value) }];
+        const rows = [
+          row("busbw", t("busbw"), `${number(rate, 3)} GB/s × ${number(eff, 1)}%`, `${number(busbw, 3)} GB/s`, busbw),
+          row("buckets", t("bucketList"), t("bucketRule")(number(first, 2), number(cap, 2)), `${s.buckets.length}: ${describeBuckets(s.buckets)}`, JSON.stringify(s.buckets)),
+          row("comm", t("comm"), `Σ = Σᵢ 2(n−1)/n × Sᵢ / busbw; 2(n−1)/n = ${number(s.ring, 4)}`, ms(s.comm), s.comm),
+          row("last", t("last"), `2(n−1)/n × S_${t("fLast")} / busbw`, ms(s.last), s.last),
+          row("no-overlap", t("noOverlap"), `${t("fCompute")} + Σ = ${number(compute, 3)} + ${number(s.comm, 3)}`, ms(s.noOverlap), s.noOverlap),
+          row("overlap", t("overlap"), `max(${t("fCompute")}, Σ − ${t("fLast")}) + ${t("fLast")}`, ms(s.overlap), s.overlap),
+          row("speedup", t("speedup"), `n × ${t("fCompute")} / ${t("fStep")}`, `${number(speedNo, 2)}× (${t("noOvShort")}) / ${number(speedOv, 2)}× (${t("ovShort")})`, JSON.stringify([speedNo, speedOv])),
+          row("efficiency", t("efficiency"), `${t("fCompute")} / ${t("fStep")}`, `${number((100 * speedNo) / world, 1)}% / ${number((100 * speedOv) / world, 1)}%`, JSON.stringify([speedNo / world, speedOv / world])),
+        ];
+        out.append(table([t("item"), t("formula"), t("value")], rows));
+      });
+    }
+    form.addEventListener("input", update);
+    form.addEventListener("change", update);
+    update();
+  }
+
+  // ---- launch commands --------------------------------------------------------------------------
+  // Match snippets/launch/slurm_train.sbatch, slurm_srun.sbatch and the torchrun page for the same inputs.
+  const DEFAULT_SCRIPT = {
+    torchrun: "snippets/ddp/train_torchrun.py",
+    slurmTorchrun: "snippets/ddp/train_torchrun.py",
+    slurmPython: "snippets/launch/env_vars.py",
+    k8s: "snippets/ddp/train_torchrun.py",
+  };
+
+  const sbatchLine = (option, comment) => (comment ? `#SBATCH ${option}`.padEnd(33) + ` # ${comment}` : `#SBATCH ${option}`);
+  const continued = (first, args) => [first + " \\", ...args.map((a, i) => `    ${a}${i < args.length - 1 ? " \\" : ""}`)].join("\n");
+
+  function launchScript(nodes, gpus, launcher, script) {
+    if (launcher === "torchrun" && nodes === 1) {
+      return `torchrun --standalone --nproc-per-node=${gpus} ${script}`;
+    }
+    if (launcher === "torchrun") {
+      return [
+        "# On every node, the same command. HEAD_NODE: the first node's host name or IP address;",
+        "# JOB_ID: the same on every node of one job, different between jobs.",
+        continued("torchrun", [
+          `--nnodes=${nodes}`,
+          `--nproc-per-node=${gpus}`,
+          "--rdzv-backend=c10d",
+          '--rdzv-endpoint="$HEAD_NODE:29400"',
+          '--rdzv-id="$JOB_ID"',
+          "--rdzv-conf=join_timeout=60",
+          "--max-restarts=0",
+          script,
+        ]),
+      ].join("\n");
+    }
+    if (launcher === "slurmTorchrun") {
+      return [
+        "#!/bin/bash",
+        "# Multi-node DDP on Slurm: srun starts one torchrun per node, each torchrun one process per GPU.",
+        "#SBATCH --job-name=ddp-torchrun",
+        `#SBATCH --nodes=${nodes}`,
+        sbatchLine("--ntasks-per-node=1", "one task per node: the torchrun agent"),
+        `#SBATCH --gpus-per-node=${gpus}`,
+        sbatchLine(`--cpus-per-task=${4 * gpus}`, `for all ${gpus} workers and their DataLoaders`),
+        "#SBATCH --time=01:00:00",
+        "",
+        "set -euo pipefail",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# export NCCL_SOCKET_IFNAME=eth0  # only if NCCL picks the wrong network interface",
+        "",
+        continued("srun torchrun", [
+          '--nnodes="$SLURM_NNODES"',
+          "--nproc-per-node=gpu",
+          '--rdzv-id="$SLURM_JOB_ID"',
+          "--rdzv-backend=c10d",
+          '--rdzv-endpoint="$head_node:29500"',
+          script,
+        ]),
+      ].join("\n");
+    }
+    if (launcher === "slurmPython") {
+      return [
+        "#!/bin/bash",
+        "# Multi-node DDP on Slurm without torchrun: srun starts every training process itself.",
+        "#SBATCH --job-name=ddp-srun",
+        `#SBATCH --nodes=${nodes}`,
+        sbatchLine(`--ntasks-per-node=${gpus}`, "one task per GPU"),
+        sbatchLine(`--gpus-per-node=${gpus}`, "no per-task GPU binding: each task picks cuda:LOCAL_RANK"),
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --time=01:00:00",
+        "",
+        "set -euo pipefail",
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))   # differs between jobs sharing a node",
+        "",
+        `srun python ${script}   # maps SLURM_* to RANK, WORLD_SIZE, ... itself`,
+      ].join("\n");
+    }
+    return [
+      `# Every pod of the Indexed Job "ddp" (completions: ${nodes}, one pod per node) runs this.`,
+      `# Kubernetes sets JOB_COMPLETION_INDEX (0 to ${nodes - 1}); ddp-0.ddp is pod 0 through the headless Service "ddp".`,
+      continued("torchrun", [
+        `--nnodes=${nodes}`,
+        `--nproc-per-node=${gpus}`,
+        '--node-rank="$JOB_COMPLETION_INDEX"',
+        "--rdzv-backend=static",
+        "--rdzv-endpoint=ddp-0.ddp:29500",
+        script,
+      ]),
+    ].join("\n");
+  }
+
+  function buildLaunch(root) {
+    const launchers = ["torchrun", "slurmTorchrun", "slurmPython", "k8s"];
+    const f = {
+      nodes: input(2, "number"),
+      gpus: input(8, "number"),
+      launcher: select(launchers.map((v) => [v, t(v)]), "slurmTorchrun"),
+      script: input(DEFAULT_SCRIPT.slurmTorchrun),
+    };
+    const form = el(
+      "div",
+      { class: "calc-form" },
+      field("launch-nodes", t("nodes"), f.nodes),
+      field("launch-gpus", t("gpn"), f.gpus),
+      field("launch-launcher", t("launcher"), f.launcher),
+      field("launch-script-path", t("script"), f.script),
+    );
+    const code = el("code", { id: "launch-script" });
+    const note = el("p", { id: "launch-note" });
+    const out = el("div", { class: "calc-output", id: "launch-output", "aria-live": "polite" });
+    root.append(form, out);
+    let previous = f.launcher.value;
+
+    function update() {
+      // A default script follows the launcher; a script the reader typed stays.
+      if (f.launcher.value !== previous) {
+        if (f.script.value === DEFAULT_SCRIPT[previous]) f.script.value = DEFAULT_SCRIPT[f.launcher.value];
+        previous = f.launcher.value;
+      }
+      const nodes = integer(f.nodes.value);
+      const gpus = integer(f.gpus.value);
+      const script = f.script.value.trim();
+      const problems = [];
+      if (Number.isNaN(nodes)) problems.push(t("nodes"));
+      if (Number.isNaN(gpus)) problems.push(t("gpn"));
+      if (!script) problems.push(t("script"));
+      show(out, problems, () => {
+        const launcher = f.launcher.value;
+        code.textContent = launchScript(nodes, gpus, launcher, script);
+        const key = { torchrun: nodes === 1 ? "noteSingle" : "noteNodes", slurmTorchrun: "noteSlurmTorchrun", slurmPython: "noteSlurmPython", k8s: "noteK8s" }[launcher];
+        note.textContent = t(key);
+        out.append(el("pre", {}, code), note);
+      });
+    }
+    form.addEventListener("input", update);
+    form.addEventListener("change", update);
+    update();
+  }
+
+  const BUILDERS = { memory: buildMemory, "step-time": buildStep, launch: buildLaunch };
+
+  function init() {
+    lang = document.documentElement.lang.startsWith("ko") ? "ko" : "en";
+    for (const root of document.querySelectorAll("[data-calc]")) {
+      const build = BUILDERS[root.dataset.calc];
+      if (!build || root.dataset.ready) continue;
+      root.dataset.ready = "true";
+      root.replaceChildren();
+      build(root);
+    }
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
