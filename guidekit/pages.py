@@ -125,6 +125,20 @@ def shown_files(lang: str, docs: Path = DOCS) -> set[str]:
     return {parse_target(t).path for name in page_files(lang, docs) for t in page_includes(lang, name, docs)}
 
 
+def page_programs(lang: str, name: str, docs: Path = DOCS) -> list[str]:
+    """Repository paths of the Python files a page includes, by section or whole, in order of first inclusion."""
+    found = (parse_target(t).path for t in page_includes(lang, name, docs))
+    return list(dict.fromkeys(p for p in found if p.endswith(".py")))
+
+
+def served_path(path: str) -> PurePosixPath:
+    """Where the site serves a snippet file for download, relative to the site root: its repository path.
+
+    One copy for every language (``snippets/x/y.py``), linked from the pages of both.
+    """
+    return PurePosixPath(path)
+
+
 def built_path(lang: str, name: str) -> PurePosixPath:
     """Where docs/<lang>/<name> lands in the built site: Korean at the root, other languages under /<lang>/."""
     stem = PurePosixPath(name).with_suffix("")

@@ -91,3 +91,26 @@ def target_text(target: str | Target, root: Path = ROOT) -> str:
 def without_markers(source: str) -> str:
     """A whole file as a reader copies it: every section marker line dropped."""
     return "".join(line for line in source.splitlines(keepends=True) if not SECTION_MARKER.match(line))
+
+
+def as_written(text: str) -> str:
+    """`text` to put in a page's Markdown so that pymdownx.snippets leaves every line as written.
+
+    pymdownx.snippets reads a page before its fences: it would drop section markers and expand includes even in
+    code written out in full. A `;` before the notation escapes it (pymdownx removes the `;`), so the page shows the
+    file byte for byte, markers included.
+    """
+    from pymdownx.snippets import SnippetPreprocessor as Snippets  # the site's engine, not the runner's dependency
+
+    out = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        if match := Snippets.RE_ALL_SNIPPETS.match(body):
+            at = match.end("space")
+        elif "8<-" in body and (match := Snippets.RE_SNIPPET_SECTION.match(body)):
+            at = match.end("pre")
+        else:
+            out.append(line)
+            continue
+        out.append(body[:at] + ";" + line[at:])
+    return "".join(out)

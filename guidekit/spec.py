@@ -11,6 +11,7 @@ Declarations are comment lines near the top of a snippet:
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -93,3 +94,30 @@ def is_snippet(path: Path) -> bool:
 
 def all_snippets(root: Path = ROOT) -> list[Path]:
     return sorted(p for p in (root / "snippets").rglob("*.py") if is_snippet(p))
+
+
+def sibling_files(path: Path, root: Path = ROOT) -> dict[str, str]:
+    """Files from its own folder that a program needs beside it: repository path -> 'imports' or 'runs'.
+
+    `python folder/x.py` puts the folder on sys.path, so `from _mesh import ...` finds `folder/_mesh.py`; a program
+    may also start a sibling by name (`Path(__file__).with_name("env_vars.py")`). Followed through those files too.
+    """
+    folder = path.resolve().parent
+    found: dict[Path, str] = {}
+    todo = [path.resolve()]
+    while todo:
+        for node in ast.walk(ast.parse(todo.pop(0).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names, how = [f"{alias.name.split('.')[0]}.py" for alias in node.names], "imports"
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names, how = [f"{node.module.split('.')[0]}.py"], "imports"
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".py"):
+                names, how = [node.value], "runs"
+            else:
+                continue
+            for name in names:
+                sibling = folder / name
+                if "/" not in name and sibling.is_file() and sibling != path.resolve() and sibling not in found:
+                    found[sibling] = how
+                    todo.append(sibling)
+    return {p.relative_to(root.resolve()).as_posix(): found[p] for p in sorted(found)}

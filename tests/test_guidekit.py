@@ -6,10 +6,18 @@ from pathlib import Path, PurePosixPath
 import markdown
 import pytest
 
-from guidekit import copies, outputs
+from guidekit import ROOT, copies, outputs
 from guidekit.pages import built_path, fences, headings, includes, url_path
-from guidekit.sections import Target, include_line, include_target, parse_target, section_names, shown_text
-from guidekit.spec import parse_spec
+from guidekit.sections import (
+    Target,
+    as_written,
+    include_line,
+    include_target,
+    parse_target,
+    section_names,
+    shown_text,
+)
+from guidekit.spec import parse_spec, sibling_files
 
 PROGRAM = textwrap.dedent(
     """\
@@ -236,3 +244,22 @@ def test_the_manifest_merges_one_line_per_snippet(tmp_path):
     assert list(manifest["cpu"]) == ["snippets/a.py", "snippets/b.py"] and manifest["cuda"] == {}
     text = (tmp_path / "snippets/outputs/manifest.json").read_text()
     assert sum('"snippets/' in line for line in text.splitlines()) == 2
+
+
+def test_as_written_survives_the_include_engine():
+    """pymdownx.snippets reads every page line: escaped, markers and include lines come out as written."""
+    source = (
+        '"""x"""\n# --8<-- [start:a]\nx = 1  # --8<-- [end:a] trailing\n    # ;--8<-- [start:b]\n'
+        '--8<-- "snippets/none.py"\n--8<--\n'
+    )
+    md = markdown.Markdown(extensions=["pymdownx.snippets"], extension_configs={"pymdownx.snippets": {}})
+    assert "\n".join(md.preprocessors["snippet"].run(as_written(source).splitlines())) + "\n" == source
+
+
+def test_sibling_files_are_found():
+    assert sibling_files(ROOT / "snippets/parallelism/fsdp2.py") == {"snippets/parallelism/_mesh.py": "imports"}
+    assert sibling_files(ROOT / "snippets/launch/two_nodes.py") == {
+        "snippets/launch/_procs.py": "imports",
+        "snippets/launch/env_vars.py": "runs",  # started by path, not imported
+    }
+    assert sibling_files(ROOT / "snippets/ddp/train_torchrun.py") == {}

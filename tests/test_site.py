@@ -9,9 +9,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from guidekit import ROOT, outputs
-from guidekit.pages import LANGS, built_path, includes, page_files, pages, site_path
+from guidekit.pages import LANGS, built_path, includes, page_files, page_programs, pages, site_path
 from guidekit.sections import target_text
-from guidekit.spec import parse_spec
+from guidekit.spec import is_snippet, parse_spec
 
 
 def built_page(site: Path, lang: str, name: str) -> Path:
@@ -129,7 +129,7 @@ VERIFIED = {"ko": ("검증", "GPU에서는 아직 실행된 적 없음"), "en": 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_example_says_what_it_was_verified_with(built_site, lang):
-    """The line under each included example carries the manifest's torch, backend and date for that snippet."""
+    """The line under each program a page shows carries the manifest's torch, backend and date for that snippet."""
     word, never_on_gpu = VERIFIED[lang]
     manifest = outputs.read_manifest()
     notes = 0
@@ -145,4 +145,5 @@ def test_every_example_says_what_it_was_verified_with(built_site, lang):
                 assert cpu["date"] in verified, f"{name}: {snippet}: {verified}"
             if cuda.get("outcome") != "passed" and parse_spec(ROOT / snippet).gpus:
                 assert never_on_gpu in verified, f"{name}: {snippet}: {verified}"
-    assert notes > 60, f"only {notes} notes under examples in {lang}"
+    programs = sum(is_snippet(ROOT / p) for name in pages(lang) for p in page_programs(lang, name))
+    assert notes == programs > 30, f"{notes} notes for {programs} programs on the {lang} pages"
