@@ -34,7 +34,7 @@ def setup() -> torch.device:
 # --8<-- [start:train]
 def train(device: torch.device, epochs: int = 5) -> tuple[nn.Module, list[float]]:
     torch.manual_seed(0)  # same data on every rank; DDP syncs the initial weights anyway
-    x = torch.randn(512, 10)
+    x = torch.randn(256 * dist.get_world_size(), 10)  # 8 steps an epoch on any number of ranks
     dataset = TensorDataset(x, x[:, :5].sin())
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)  # each rank gets its own 1/world of the data
     loader = DataLoader(dataset, batch_size=32, sampler=sampler)  # 32 per rank, 32 * world per step
