@@ -4,7 +4,8 @@
   ZeRO paper's 2Ψ + 2Ψ + 12Ψ = 16Ψ that the parallelism page states;
 - step time: predict() of snippets/benchmark/ddp_benchmark.py, the performance page's model, and the rows and link
   presets of snippets/benchmark/_report.py;
-- launch commands: snippets/launch/*.sbatch, the torchrun page's command and the options of two_nodes.py.
+- launch commands: snippets/launch/*.sbatch, k8s_ddp.yaml, the torchrun page's command and the options of
+  two_nodes.py.
 """
 
 import ast
@@ -17,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from guidekit import ROOT
 from guidekit.pages import LANGS, fences, url_path
@@ -314,7 +316,24 @@ def test_kubernetes_command_uses_the_completion_index_and_the_headless_service(p
         "--rdzv-endpoint=ddp-0.ddp:29500",
         "train.py",
     ]
-    assert "multi-node chapter" in page.inner_text("#launch-note")
+    assert "snippets/launch/k8s_ddp.yaml" in page.inner_text("#launch-note")
+
+
+def test_kubernetes_command_is_the_manifests(page):
+    """The page says: for the manifest's nodes and GPUs, the calculator prints the command of its pods."""
+    job = next(
+        d for d in yaml.safe_load_all((LAUNCH / "k8s_ddp.yaml").read_text(encoding="utf-8")) if d and d["kind"] == "Job"
+    )
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    nodes, gpus = job["spec"]["completions"], container["resources"]["limits"]["nvidia.com/gpu"]
+    shell, flag, script = container["command"]
+    assert (shell, flag, nodes, gpus) == ("/bin/sh", "-c", 2, 4)  # the note's "2 nodes of 4 GPUs"
+    fill(page, launch_launcher="torchrun", launch_script_path="snippets/ddp/train_torchrun.py")  # its default
+    fill(page, launch_launcher="k8s")  # a default script follows the launcher: the manifest's path in the image
+    assert page.input_value("#launch-script-path") == script.split()[-1]
+    generated = built(page, nodes, gpus, "k8s", script.split()[-1])
+    assert generated.splitlines()[-len(script.splitlines()) :] == script.splitlines()
+    assert command_lines(generated) == command_lines(script)
 
 
 # ---- both languages ----------------------------------------------------------------------------------------

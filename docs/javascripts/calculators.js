@@ -86,7 +86,7 @@
       noteSlurmPython:
         "Save it as a file and submit it with sbatch. The program maps SLURM_* to RANK, LOCAL_RANK, ... itself, like env_from_slurm() in env_vars.py. For 2 nodes of 8 GPUs it is snippets/launch/slurm_srun.sbatch.",
       noteK8s:
-        "The command of every pod of an Indexed Job named ddp, one pod per node, with a headless Service named ddp as the pods' subdomain. The manifest comes with the multi-node chapter.",
+        "The command of every pod of an Indexed Job named ddp, one pod per node, with a headless Service named ddp as the pods' subdomain. For 2 nodes of 4 GPUs it is the command in snippets/launch/k8s_ddp.yaml, which has the Job and the Service.",
     },
     ko: {
       params: "파라미터 수(Ψ)",
@@ -170,7 +170,7 @@
       noteSlurmPython:
         "파일로 저장해 sbatch로 제출하세요. 프로그램이 env_vars.py의 env_from_slurm()처럼 SLURM_* 변수를 RANK, LOCAL_RANK 등으로 직접 옮겨야 합니다. 노드 2개, GPU 8개라면 snippets/launch/slurm_srun.sbatch와 같습니다.",
       noteK8s:
-        "이름이 ddp인 Indexed Job의 모든 파드가 실행할 명령입니다. 노드마다 파드 하나, 파드의 subdomain은 이름이 ddp인 헤드리스 서비스입니다. 매니페스트는 멀티 노드 장과 함께 나옵니다.",
+        "이름이 ddp인 Indexed Job의 모든 파드가 실행할 명령입니다. 노드마다 파드 하나, 파드의 subdomain은 이름이 ddp인 헤드리스 서비스입니다. 노드 2개, GPU 4개라면 Job과 서비스를 담은 snippets/launch/k8s_ddp.yaml의 명령과 같습니다.",
     },
   };
 
@@ -497,7 +497,7 @@
     torchrun: "snippets/ddp/train_torchrun.py",
     slurmTorchrun: "snippets/ddp/train_torchrun.py",
     slurmPython: "snippets/launch/env_vars.py",
-    k8s: "snippets/ddp/train_torchrun.py",
+    k8s: "/workspace/train_torchrun.py", // the script's path inside the image, as in k8s_ddp.yaml
   };
 
   const sbatchLine = (option, comment) => (comment ? `#SBATCH ${option}`.padEnd(33) + ` # ${comment}` : `#SBATCH ${option}`);
@@ -538,9 +538,10 @@
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "# export NCCL_SOCKET_IFNAME=eth0  # only if NCCL picks the wrong network interface",
         "",
+        "# one worker per GPU; on CPU nodes: NPROC_PER_NODE=2 sbatch --gpus-per-node=0 this-script",
         continued("srun torchrun", [
           '--nnodes="$SLURM_NNODES"',
-          "--nproc-per-node=gpu",
+          '--nproc-per-node="${NPROC_PER_NODE:-gpu}"',
           '--rdzv-id="$SLURM_JOB_ID"',
           "--rdzv-backend=c10d",
           '--rdzv-endpoint="$head_node:29500"',

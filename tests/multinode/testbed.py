@@ -139,13 +139,23 @@ class Proc:
 class TwoHosts:
     """Hosts `node1`..`node<n>` joined by one switch; a context manager that leaves nothing behind."""
 
-    def __init__(self, n: int = 2, own_name_on_loopback: bool = False):
+    def __init__(
+        self,
+        n: int = 2,
+        own_name_on_loopback: bool = False,
+        names: list[str] | None = None,
+        aliases: dict[str, list[str]] | None = None,
+    ):
         """`own_name_on_loopback`: each host's /etc/hosts maps its own name to 127.0.1.1, as Debian and
-        Ubuntu installers write it; the other hosts' names still map to their real addresses."""
+        Ubuntu installers write it; the other hosts' names still map to their real addresses.
+        `names`: the hosts' names instead of node1..node<n> (then n is their number), e.g. a Kubernetes
+        Job's pod host names; `aliases`: further names of a host, on its line of every /etc/hosts."""
+        n = len(names) if names else n
         assert 2 <= n <= 9, "two to nine hosts"
         self.own_name_on_loopback = own_name_on_loopback
         self.prefix = f"mgpu{os.getpid()}-{next(_beds)}"  # unique per process and per bed
-        self.hosts = [f"node{k}" for k in range(1, n + 1)]
+        self.hosts = list(names) if names else [f"node{k}" for k in range(1, n + 1)]
+        self.aliases = aliases or {}
         self.switch = f"{self.prefix}-switch"
         self.inodes: dict[str, int] = {}  # namespace -> nsfs inode, to find processes still inside
         self._procs: list[Proc] = []
@@ -163,7 +173,8 @@ class TwoHosts:
         lines = ["127.0.0.1\tlocalhost"]
         for other in self.hosts:
             own = other == host and self.own_name_on_loopback
-            lines.append(f"{'127.0.1.1' if own else self.address(other)}\t{other}")
+            names = "\t".join([other, *self.aliases.get(other, [])])
+            lines.append(f"{'127.0.1.1' if own else self.address(other)}\t{names}")
         return "\n".join(lines) + "\n"
 
     def namespaces(self) -> list[str]:
@@ -297,7 +308,7 @@ def remove_stale_beds() -> list[str]:
         names |= {p.name for p in NETNS_ETC.iterdir()}
     stale = []
     for name in sorted(names):
-        owner = re.match(r"mgpu(\d+)-\d+-(node\d|switch)$", name)
+        owner = re.match(r"mgpu(\d+)-\d+-[\w.-]+$", name)  # <prefix>-<host> or <prefix>-switch
         if owner and not Path(f"/proc/{owner[1]}").exists():
             for pid in TwoHosts.pids(name) if (NETNS_RUN / name).exists() else []:
                 try:
