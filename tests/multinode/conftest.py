@@ -1,16 +1,18 @@
-"""Fixtures for the two-host tests: `bed`, two hosts in network namespaces (see testbed.py)."""
+"""Fixtures for the two-host tests: `bed`, two hosts in network namespaces (see testbed.py), and `cluster`, Slurm on
+a bed (see slurm.py)."""
 
 import os
 
 import pytest
+import slurm
 from testbed import TwoHosts, unavailable
 
 
-def _cannot(reason: str) -> None:
-    """Skip with the reason; under CI=true a missing test bed fails the test instead."""
-    message = f"two-host test bed: {reason}"
+def _cannot(reason: str, what: str = "two-host test bed") -> None:
+    """Skip with the reason; under CI=true a missing test bed (or Slurm) fails the test instead."""
+    message = f"{what}: {reason}"
     if os.environ.get("CI") == "true":
-        pytest.fail(message + " (CI=true: a missing test bed is a failure, not a skip)", pytrace=False)
+        pytest.fail(message + " (CI=true: what CI must run is a failure, not a skip)", pytrace=False)
     pytest.skip(message)
 
 
@@ -38,3 +40,18 @@ def bed(request, bed_available):
         yield made
     finally:
         made.teardown()
+
+
+@pytest.fixture
+def slurm_available(bed_available) -> None:
+    """Skip (or under CI=true fail) where no cluster can be built: no bed, not root, no Slurm or munge."""
+    reason = slurm.unavailable()
+    if reason:
+        _cannot(reason, "Slurm test cluster")
+
+
+@pytest.fixture
+def cluster(slurm_available, bed):
+    """Slurm on the two hosts of a fresh bed; closing it tears the bed down and removes its folder."""
+    with slurm.SlurmCluster(bed) as made:
+        yield made

@@ -7,11 +7,9 @@ scripts are submitted as they are; only options on the sbatch command line (whic
 two-core machine's run short, `--ntasks-per-node=2` for the one-task-per-GPU script.
 """
 
-import os
 import re
 from pathlib import Path
 
-import pytest
 import slurm
 from testbed import TwoHosts, leftovers
 
@@ -19,29 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN_SCRIPT = "snippets/launch/slurm_train.sbatch"  # srun torchrun, one worker per GPU
 SRUN_SCRIPT = "snippets/launch/slurm_srun.sbatch"  # srun python env_vars.py, one task per GPU
 CPU_NODES = ["--gpus-per-node=0"]  # overrides the scripts' `#SBATCH --gpus-per-node=8`
-
-
-def _cannot(reason: str) -> None:
-    """Skip with the reason; under CI=true a missing cluster is a failure (as in conftest.py's bed)."""
-    message = f"Slurm test cluster: {reason}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message + " (CI=true: a missing Slurm is a failure, not a skip)", pytrace=False)
-    pytest.skip(message)
-
-
-@pytest.fixture
-def slurm_available(bed_available) -> None:
-    """Skip (or under CI=true fail) where no cluster can be built: no bed, not root, no Slurm or munge."""
-    reason = slurm.unavailable()
-    if reason:
-        _cannot(reason)
-
-
-@pytest.fixture
-def cluster(slurm_available, bed):
-    """Slurm on the two hosts of a fresh bed; closing it tears the bed down and removes its folder."""
-    with slurm.SlurmCluster(bed) as made:
-        yield made
 
 
 def ran_on_both_nodes(cluster: slurm.SlurmCluster, job: slurm.Job) -> None:
