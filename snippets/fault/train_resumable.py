@@ -1,10 +1,14 @@
-"""Resumable DDP training: atomic snapshots every few steps, resume after torchrun restarts the workers."""
+"""Resumable DDP training: atomic snapshots every few steps, resume after torchrun restarts the workers or after
+Slurm requeues a job that its warning signal stopped."""
 # launch: torchrun --standalone --nproc-per-node=2 --max-restarts=1 snippets/fault/train_resumable.py
 
 import argparse
 import itertools
 import os
+import signal
+import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -68,14 +72,46 @@ def load_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer
 # --8<-- [end:snapshot]
 
 
-def crash_if_asked(step: int, attempt: int) -> None:
-    """Fault injection for the restart demo: with FAIL_AT_STEP=N, rank 1 dies before step N of the first attempt."""
-    if step == int(os.environ.get("FAIL_AT_STEP", -1)) and attempt == 0 and dist.get_rank() == 1:
+# --8<-- [start:preemption]
+warned = threading.Event()  # set by Slurm's warning signal (#SBATCH --signal=USR1@...), passed on by torchrun
+
+
+def on_warning(signum: int, frame: object) -> None:
+    warned.set()  # only a flag: the training loop decides where to stop
+
+
+def stop_agreed(device: torch.device) -> bool:
+    """True on every rank if any rank was warned: all ranks stop after the same step (one scalar all-reduce)."""
+    flag = torch.tensor([float(warned.is_set())], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag.item() > 0
+
+
+def requeue() -> None:
+    """Rank 0 puts the Slurm job back in the queue: same job id, so the same snapshot path."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if dist.get_rank() == 0 and job:
+        subprocess.run(["scontrol", "requeue", job], check=True)  # ends this run of the job
+
+
+# --8<-- [end:preemption]
+
+
+def fault_if_asked(step: int, attempt: int) -> None:
+    """Fault injection for the demos, first attempt only: FAIL_AT_STEP=N kills rank 1 before step N;
+    PREEMPT_AT_STEP=N has Slurm send the job its warning signal before step N, as it does before the time limit."""
+    if attempt > 0:
+        return
+    if step == int(os.environ.get("FAIL_AT_STEP", -1)) and dist.get_rank() == 1:
         os._exit(1)  # a hard crash: no cleanup, no exception handler
+    if step == int(os.environ.get("PREEMPT_AT_STEP", -1)) and dist.get_rank() == 0:
+        subprocess.run(["scancel", "--signal=USR1", os.environ["SLURM_JOB_ID"]], check=True)
+        assert warned.wait(timeout=60), "the signal did not come back through torchrun"
 
 
 # --8<-- [start:train]
-def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]]:
+def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]] | None:
+    """Train to the end (the model and each step's loss), or stop at a snapshot when warned (None)."""
     torch.manual_seed(0)  # same data and initial weights on every rank, in every attempt
     x = torch.randn(256, 10)
     dataset = TensorDataset(x, x[:, :5].sin())
@@ -85,7 +121,8 @@ def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # momentum: state to restore
 
     done = load_snapshot(snapshot, model, optimizer, device)  # before DDP wraps the model
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    restarts, requeues = (int(os.environ.get(v, 0)) for v in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"))
+    attempt = restarts + requeues
     if dist.get_rank() == 0:
         print(f"attempt {attempt}: starting at step {done}")
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -96,7 +133,7 @@ def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]]
         skip = done - epoch * steps_per_epoch if epoch == done // steps_per_epoch else 0
         for i, (inputs, targets) in enumerate(itertools.islice(loader, skip, None), start=skip):
             step = epoch * steps_per_epoch + i  # global step about to run
-            crash_if_asked(step, attempt)  # the demo's fault: FAIL_AT_STEP=N kills rank 1 here, once
+            fault_if_asked(step, attempt)  # the demos' faults: a crash or a preemption, only when asked
             torch.manual_seed(1000 * step + dist.get_rank())  # dropout masks depend on (step, rank) only
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
@@ -104,8 +141,13 @@ def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]]
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-            if (step + 1) % SAVE_EVERY == 0:
+            stop = stop_agreed(device)  # warned: snapshot now, not at the next SAVE_EVERY step
+            if (step + 1) % SAVE_EVERY == 0 or stop:
                 save_snapshot(snapshot, model, optimizer, step + 1)
+            if stop:
+                if dist.get_rank() == 0:
+                    print(f"attempt {attempt}: warned, stopping at step {step + 1}", flush=True)
+                return None
     if dist.get_rank() == 0:
         print(f"attempt {attempt}: finished step {step}, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     return model, losses
@@ -120,9 +162,14 @@ def main() -> None:
     parser.add_argument("--snapshot", type=Path, default=Path(tempfile.gettempdir()) / f"snapshot-{run_id}.pt")
     parser.add_argument("--final", type=Path, help="write the trained weights here")
     args = parser.parse_args()
+    signal.signal(signal.SIGUSR1, on_warning)
     device = setup()
     try:
-        model, losses = train(device, args.snapshot)
+        trained = train(device, args.snapshot)
+        if trained is None:  # stopped by the warning: resume in a requeued job
+            requeue()
+            return
+        model, losses = trained
         assert losses[-1] < losses[0], "loss did not fall"
         flat = torch.cat([p.detach().flatten() for p in model.parameters()])
         peak = flat.clone()

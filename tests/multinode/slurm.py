@@ -57,7 +57,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={folder}/munge/munge.socket
+AuthInfo=socket={folder}/munge/munge.socket,cred_expire=10
 StateSaveLocation={folder}/state
 SlurmdSpoolDir={folder}/spool/%n
 SlurmctldPidFile={folder}/run/slurmctld.pid

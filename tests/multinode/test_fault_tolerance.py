@@ -80,11 +80,11 @@ SLOW_TRAIN = f"""
 import sys, time
 sys.path.insert(0, {str(TRAIN.parent)!r})
 import train_resumable
-crash_if_asked = train_resumable.crash_if_asked
+fault_if_asked = train_resumable.fault_if_asked
 def slowly(step, attempt):
     time.sleep(0.5)
-    crash_if_asked(step, attempt)
-train_resumable.crash_if_asked = slowly
+    fault_if_asked(step, attempt)
+train_resumable.fault_if_asked = slowly
 sys.argv[0] = {str(TRAIN)!r}
 train_resumable.main()
 """
