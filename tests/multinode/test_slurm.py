@@ -15,6 +15,7 @@ from pathlib import Path
 
 import slurm
 import torch
+from recording import matches_recording
 from testbed import TwoHosts, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +53,8 @@ def test_srun_script_on_two_nodes(cluster):
     assert sorted(found) == [("0", "4", "0"), ("1", "4", "0"), ("2", "4", "1"), ("3", "4", "1")], job.output
     table = dict(re.findall(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE) +(\S+)$", job.output, re.MULTILINE))
     assert table == {"WORLD_SIZE": "4", "MASTER_ADDR": "node1", "MASTER_PORT": str(20000 + job.job_id % 10000)}
+    logged = re.compile(r"^\[[WIE]\d{4} ")  # torch's C++ log lines (timestamped), e.g. a c10d warning
+    matches_recording("slurm_srun", [line for line in job.output.splitlines() if not logged.match(line)])
     ran_on_both_nodes(cluster, job)
 
 
@@ -65,22 +68,11 @@ def test_torchrun_script_on_two_nodes(cluster):
     assert job.returncode == 0, f"{job}\n{cluster.logs()}"
     assert "4 ranks on cpu (gloo): replicas identical" in job.output, job.output
     assert len(re.findall(r"^epoch \d: mean loss \d\.\d{4}$", job.output, re.MULTILINE)) == 5, job.output
+    matches_recording("slurm_train", re.findall(r"^(?:epoch \d: .*|\d+ ranks on .*)$", job.output, re.MULTILINE))
     ran_on_both_nodes(cluster, job)
 
 
 FINISHED = r"attempt N: finished step 23, loss \d\.\d{4} -> \d\.\d{4}"  # 24 steps: 8 per epoch at world 2
-
-
-RECORDED = Path(__file__).with_name("recorded")  # job output the pages include
-
-
-def matches_recording(name: str, lines: list[str]) -> None:
-    """The lines equal recorded/<name>.txt, which a page shows; RECORD_OUTPUT=1 writes the file instead."""
-    text, path = "".join(line + "\n" for line in lines), RECORDED / f"{name}.txt"
-    if os.environ.get("RECORD_OUTPUT") == "1":
-        path.write_text(text, encoding="utf-8")
-    assert path.is_file(), f"{path} is missing: RECORD_OUTPUT=1 records it"
-    assert text == path.read_text(encoding="utf-8"), f"the job printed something else than {path}:\n{text}"
 
 
 def progress(output: str) -> list[str]:

@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+from recording import matches_recording
 from testbed import IFACE, TwoHosts, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_VARS = str(ROOT / "snippets" / "launch" / "env_vars.py")  # prints "rank R of W on node N: ok"
 TRAIN = str(ROOT / "snippets" / "ddp" / "train_torchrun.py")  # DDP on gloo; asserts replicas equal
 PROBE = str(Path(__file__).with_name("store_probe.py"))
+TRAIN_LINES = r"^(?:epoch \d: .*|\d+ ranks on .*)$"  # what train_torchrun.py's rank 0 prints
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # = torchrun, with this interpreter
 
 
@@ -84,6 +86,7 @@ def test_static_rendezvous_and_gloo_interface(bed):
     for r in results.values():
         assert r.returncode == 0, f"{r.host}: exit {r.returncode}, timed out {r.timed_out}:\n{r.output}"
     assert "2 ranks on cpu (gloo): replicas identical" in results["node1"].output, results["node1"].output
+    matches_recording("two_hosts_static", re.findall(TRAIN_LINES, results["node1"].output, re.MULTILINE))
 
 
 @pytest.mark.parametrize("bed", [{"own_name_on_loopback": True}], ids=["hostname-on-127.0.1.1"], indirect=True)
@@ -114,6 +117,8 @@ def test_master_addr_localhost_fails(bed):
     assert re.search(
         r"DistStoreError: Timed out after \d+ seconds waiting for clients\. 1/2 clients joined\.", node1.output
     ), error_lines(node1.output)
+    first_error = [re.search(r"^.*Dist\w+Error: .*$", r.output, re.MULTILINE)[0] for r in (node2, node1)]
+    matches_recording("master_addr_localhost", first_error, varies=r"(?<=after )\d+(?= seconds)")
 
 
 def test_store_binding_across_hosts(bed):
@@ -138,6 +143,7 @@ def test_store_binding_across_hosts(bed):
         in visit.output
     ), visit.output
     assert "node1:29403 store: reached" in visit.output, visit.output
+    matches_recording("store_binding", re.findall(r"^node1:\d+ .*$", visit.output, re.MULTILINE))
 
 
 def test_bed_leaves_nothing_behind(bed_available):
