@@ -6,7 +6,7 @@ N ?= 20
 # make soak runs the snippets as make test does (three workers); SOAK_ARGS= runs them one at a time
 SOAK_ARGS ?= -n 3
 
-.PHONY: serve test lint build snippets outputs soak multinode sync-copies clean
+.PHONY: serve test lint build snippets outputs soak multinode sync-copies notebooks notebooks-write clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ multinode: $(BIN)/.installed  ## torchrun across two hosts made of network names
 
 sync-copies: $(BIN)/.installed  ## rewrite every setup() copy from snippets/ddp/train_torchrun.py
 	$(BIN)/python -m guidekit.copies --write
+
+notebooks: $(BIN)/.installed  ## run every chapter notebook (notebooks/) as a reader would, on CPU
+	$(BIN)/python -m pytest tests/test_notebooks.py -m notebooks
+
+notebooks-write: $(BIN)/.installed  ## regenerate the chapter notebooks from the pages and snippets
+	$(BIN)/python -m guidekit.notebooks --write
 
 clean:
 	rm -rf site .cache .pytest_cache artifacts

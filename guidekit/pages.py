@@ -71,12 +71,26 @@ def includes(text: str) -> list[str]:
     return [str(t) for f in fences(text) for t in f.targets]
 
 
-def outside_fences(text: str) -> list[str]:
-    lines = text.splitlines()
+def _fenced(text: str) -> set[int]:
+    """0-based indexes of the lines inside code fences, opening and closing lines included."""
     inside = set()
     for fence in fences(text):
         inside.update(range(fence.line - 1, fence.end_line))
-    return [line for n, line in enumerate(lines) if n not in inside]
+    return inside
+
+
+def outside_fences(text: str) -> list[str]:
+    inside = _fenced(text)
+    return [line for n, line in enumerate(text.splitlines()) if n not in inside]
+
+
+def title_line(text: str) -> int | None:
+    """0-based index of the page's title: its first level-1 heading outside code fences (None if it has none)."""
+    inside = _fenced(text)
+    for n, line in enumerate(text.splitlines()):
+        if n not in inside and (match := HEADING.match(line)) and len(match["level"]) == 1:
+            return n
+    return None
 
 
 def headings(text: str) -> list[tuple[int, str, str | None]]:
@@ -151,7 +165,11 @@ def url_path(lang: str, name: str) -> str:
     return built_path(lang, name).as_posix().removesuffix("index.html")
 
 
+def mkdocs_setting(key: str, root: Path = ROOT) -> str:
+    """A top-level one-word setting of mkdocs.yml, e.g. 'site_url' or 'repo_url'."""
+    return re.search(rf"^{key}:\s*(\S+)", (root / "mkdocs.yml").read_text(encoding="utf-8"), re.M).group(1)
+
+
 def site_path(root: Path = ROOT) -> str:
     """The path the site is published under (site_url in mkdocs.yml), e.g. '/guide'."""
-    site_url = re.search(r"^site_url:\s*(\S+)", (root / "mkdocs.yml").read_text(encoding="utf-8"), re.M).group(1)
-    return urlsplit(site_url).path.rstrip("/")
+    return urlsplit(mkdocs_setting("site_url", root)).path.rstrip("/")

@@ -7,7 +7,7 @@ import markdown
 import pytest
 
 from guidekit import ROOT, copies, outputs
-from guidekit.pages import built_path, fences, headings, includes, url_path
+from guidekit.pages import built_path, fences, headings, includes, title_line, url_path
 from guidekit.sections import (
     Target,
     as_written,
@@ -117,6 +117,12 @@ def test_fences_and_includes():
 
 def test_headings_skip_code_and_read_ids():
     assert headings(PAGE) == [(1, "Title", None), (2, "Setup { #setup }", "setup")]
+
+
+def test_title_line_is_the_first_h1_outside_code():
+    assert title_line(PAGE) == 0
+    assert title_line("intro\n\n```bash\n# not a title\n```\n\n# Title\n") == 6
+    assert title_line("## only a section\n") is None
 
 
 @pytest.mark.parametrize(
