@@ -30,6 +30,7 @@ from guidekit import ROOT
 from guidekit.sections import SECTION_MARKER, marker
 
 OUTPUTS = Path("snippets") / "outputs"  # relative to the repository root
+MULTINODE = Path("tests") / "multinode" / "recorded"  # what the multi-host tests' programs printed (root only)
 MANIFEST = "manifest.json"
 PLATFORMS = ("cpu", "cuda")
 VARIES = "…"

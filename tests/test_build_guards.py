@@ -28,7 +28,7 @@ BROKEN_INCLUDE = """
 def test_a_broken_page_fails_the_build(build_site, tmp_path, planted, reported):
     """A scratch copy of the site with one planted fault (an include aborts the build, so one fault a build)."""
     repo = tmp_path / "repo"
-    for name in ("docs", "snippets", "theme"):
+    for name in ("docs", "snippets", "theme", "notebooks", "tests/multinode/recorded"):  # what the pages take in
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
     shutil.copytree(ROOT / "snippets/benchmark/results", repo / "snippets/benchmark/results")
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")

@@ -10,6 +10,7 @@ from guidekit.spec import all_snippets, parse_spec
 
 SPECS = {spec.path: spec for spec in map(parse_spec, all_snippets())}
 MANIFEST = outputs.read_manifest()
+RECORDING_FOLDERS = (outputs.OUTPUTS.as_posix(), outputs.MULTINODE.as_posix())  # what a page's text block includes
 
 
 def text_blocks(lang):
@@ -24,9 +25,17 @@ def test_every_output_block_is_a_recording(lang):
     typed = [
         f"{name}:{fence.line}"
         for name, fence in text_blocks(lang)
-        if not fence.is_include or any(not t.path.startswith(outputs.OUTPUTS.as_posix()) for t in fence.targets)
+        if not fence.is_include or any(not t.path.startswith(RECORDING_FOLDERS) for t in fence.targets)
     ]
-    assert not typed, f"text blocks typed by hand, not included from snippets/outputs/: {typed}"
+    assert not typed, f"text blocks typed by hand, not included from {RECORDING_FOLDERS}: {typed}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_multinode_recording_is_shown(lang):
+    """A recording of the multi-host tests that no page includes is output nobody reads (or a page lost it)."""
+    shown = {t.path for _, fence in text_blocks(lang) for t in fence.targets}
+    recorded = {p.relative_to(ROOT).as_posix() for p in (ROOT / outputs.MULTINODE).glob("*.txt")}
+    assert recorded and not recorded - shown, f"not on any {lang} page: {sorted(recorded - shown)}"
 
 
 @pytest.mark.parametrize("lang", LANGS)

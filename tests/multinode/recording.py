@@ -7,9 +7,11 @@ the recordings anew. Parts that differ from run to run (a port, a duration) are 
 
 import os
 import re
-from pathlib import Path
 
-RECORDED = Path(__file__).with_name("recorded")
+from guidekit import ROOT
+from guidekit.outputs import MULTINODE
+
+RECORDED = ROOT / MULTINODE
 
 
 def matches_recording(name: str, lines: list[str], varies: str | None = None) -> None:
