@@ -105,7 +105,7 @@ def run_pytest(repo, *args, timeout=600):
 @pytest.fixture(scope="module")
 def outcomes(planted):
     """name -> (outcome, message + captured text) from one run over every planted snippet."""
-    run = run_pytest(planted, "snippets", "-rs", "--junitxml=report.xml")
+    run = run_pytest(planted, "snippets", "-rs", "-n", "2", "--junitxml=report.xml")  # the hang waits: overlap it
     assert run.returncode == 1, run.stdout  # some planted snippets must fail
     found = {}
     for case in ET.parse(planted / "report.xml").iter("testcase"):
