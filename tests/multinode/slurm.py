@@ -53,7 +53,7 @@ def slurm_conf(folder: Path, nodes: list[str]) -> str:
     Two settings keep the tests short: `cred_expire=10` (a requeued job waits as long as a credential lives
     before it may start again, 120 s by default), and `MinJobAge=0`, which keeps finished jobs' records (purged
     after 300 s by default) and so keeps `sbatch --wait` polling every 2 s: its wait loop (`_job_wait` in
-    src/sbatch/sbatch.c) backs off 2 -> 8 -> 32 s only while the step is under MinJobAge / 2, so with the
+    src/sbatch/sbatch.c) backs off 2 -> 8 -> 32 s only while its sleep is under MinJobAge / 2, so with the
     default a 15 s job returns after 42 s. A requeued job is started by a scheduling pass once it may start
     again; `sched_interval=2,bf_interval=2` makes one come every 2 s, not up to 30 s (backfill) or 60 s later."""
     names = ",".join(nodes)

@@ -20,7 +20,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from recording import matches_recording
+from recording import TRAIN_LINES, matches_recording
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "snippets" / "launch" / "k8s_ddp.yaml"
@@ -105,5 +105,4 @@ def test_pods_train_across_two_hosts(bed):
         assert r.returncode == 0, f"{r.host}: exit {r.returncode}, timed out {r.timed_out}:\n{r.output}"
     world = len(PODS) * CONTAINER["resources"]["limits"]["nvidia.com/gpu"]
     assert f"{world} ranks on cpu (gloo): replicas identical" in results[PODS[0]].output, results[PODS[0]].output
-    lines = re.findall(r"^(?:epoch \d: .*|\d+ ranks on .*)$", results[PODS[0]].output, re.MULTILINE)
-    matches_recording("kubernetes_pods", lines)
+    matches_recording("kubernetes_pods", re.findall(TRAIN_LINES, results[PODS[0]].output, re.MULTILINE))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import slurm
 import torch
-from recording import matches_recording
+from recording import TRAIN_LINES, matches_recording
 from testbed import TwoHosts, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_torchrun_script_on_two_nodes(cluster):
     assert job.returncode == 0, f"{job}\n{cluster.logs()}"
     assert "4 ranks on cpu (gloo): replicas identical" in job.output, job.output
     assert len(re.findall(r"^epoch \d: mean loss \d\.\d{4}$", job.output, re.MULTILINE)) == 5, job.output
-    matches_recording("slurm_train", re.findall(r"^(?:epoch \d: .*|\d+ ranks on .*)$", job.output, re.MULTILINE))
+    matches_recording("slurm_train", re.findall(TRAIN_LINES, job.output, re.MULTILINE))
     ran_on_both_nodes(cluster, job)
 
 
