@@ -87,11 +87,19 @@ def stop_agreed(device: torch.device) -> bool:
     return flag.item() > 0
 
 
+def slurm_command(*cmd: str) -> None:
+    """Run a Slurm command from inside the job. It is part of the job step, so the signal or the requeue it asks
+    for may end it before it exits (a negative return code); a positive code is the command's own error."""
+    done = subprocess.run(cmd)
+    if done.returncode > 0:
+        raise subprocess.CalledProcessError(done.returncode, cmd)
+
+
 def requeue() -> None:
     """Rank 0 puts the Slurm job back in the queue: same job id, so the same snapshot path."""
     job = os.environ.get("SLURM_JOB_ID")
     if dist.get_rank() == 0 and job:
-        subprocess.run(["scontrol", "requeue", job], check=True)  # ends this run of the job
+        slurm_command("scontrol", "requeue", job)  # ends this run of the job
 
 
 # --8<-- [end:preemption]
@@ -105,7 +113,7 @@ def fault_if_asked(step: int, attempt: int) -> None:
     if step == int(os.environ.get("FAIL_AT_STEP", -1)) and dist.get_rank() == 1:
         os._exit(1)  # a hard crash: no cleanup, no exception handler
     if step == int(os.environ.get("PREEMPT_AT_STEP", -1)) and dist.get_rank() == 0:
-        subprocess.run(["scancel", "--signal=USR1", os.environ["SLURM_JOB_ID"]], check=True)
+        slurm_command("scancel", "--signal=USR1", os.environ["SLURM_JOB_ID"])
         assert warned.wait(timeout=60), "the signal did not come back through torchrun"
 
 
