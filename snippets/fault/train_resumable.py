@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import tempfile
-import threading
+import time
 from pathlib import Path
 
 import torch
@@ -73,16 +73,17 @@ def load_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer
 
 
 # --8<-- [start:preemption]
-warned = threading.Event()  # set by Slurm's warning signal (#SBATCH --signal=USR1@...), passed on by torchrun
+warned = False  # set by Slurm's warning signal (#SBATCH --signal=USR1@...), passed on by torchrun
 
 
 def on_warning(signum: int, frame: object) -> None:
-    warned.set()  # only a flag: the training loop decides where to stop
+    global warned
+    warned = True  # a plain flag, no lock: a second signal can run this handler inside the first
 
 
 def stop_agreed(device: torch.device) -> bool:
     """True on every rank if any rank was warned: all ranks stop after the same step (one scalar all-reduce)."""
-    flag = torch.tensor([float(warned.is_set())], device=device)
+    flag = torch.tensor([float(warned)], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return flag.item() > 0
 
@@ -114,7 +115,10 @@ def fault_if_asked(step: int, attempt: int) -> None:
         os._exit(1)  # a hard crash: no cleanup, no exception handler
     if step == int(os.environ.get("PREEMPT_AT_STEP", -1)) and dist.get_rank() == 0:
         slurm_command("scancel", "--signal=USR1", os.environ["SLURM_JOB_ID"])
-        assert warned.wait(timeout=60), "the signal did not come back through torchrun"
+        deadline = time.monotonic() + 60
+        while not warned and time.monotonic() < deadline:  # the signal comes back to this rank too
+            time.sleep(0.01)
+        assert warned, "the signal did not come back through torchrun"
 
 
 # --8<-- [start:train]

@@ -119,6 +119,8 @@ def test_host_lost_fails_the_job(bed, tmp_path):
     # gloo reports either, naming the peer (each seen in make test runs)
     lost = r"Read error \[10\.77\.0\.2\]:\d+: Connection reset by peer|Connection closed by peer \[10\.77\.0\.2\]:\d+"
     assert re.search(lost, r.output), error_lines(r.output)
-    assert re.search(r"failed \(exitcode: 1\) local_rank: 0 \(pid: \d+\)", r.output), r.output
+    # the worker dies of that error with gloo's threads still running: exit 1, or SIGABRT (-6) when the interpreter
+    # shutdown races them (the exit abort of the debugging page; seen once in a make test run)
+    assert re.search(r"failed \(exitcode: (1|-6)\) local_rank: 0 \(pid: \d+\)", r.output), r.output
     assert "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError" in r.output, error_lines(r.output)
     assert "attempt 1" not in r.output and "finished" not in r.output, r.output
