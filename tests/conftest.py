@@ -58,7 +58,10 @@ def built_site(tmp_path_factory):
     return site
 
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# Debian's headless shell: the same Blink and V8 as its chromium, without the browser UI; Playwright too runs headless
+# tests on a headless shell (https://playwright.dev/docs/browsers#chromium-headless-shell). Measured here: the browser
+# tests cost 76 CPU-seconds with it, 89 with the full chromium in its new headless mode.
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium-headless-shell")
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -94,8 +97,10 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 def browser():
     if not Path(CHROMIUM).exists():
         if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests, but {CHROMIUM} is missing (apt-get install chromium)")
-        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set CHROMIUM=...)")
+            pytest.fail(
+                f"CI must run the browser tests, but {CHROMIUM} is missing (apt-get install chromium-headless-shell)"
+            )
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium-headless-shell (or set CHROMIUM=...)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
