@@ -4,11 +4,10 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
+from shared import once_per_run
 
 from guidekit import ROOT
 from guidekit.pages import site_path
@@ -40,21 +39,14 @@ def build_site():
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
-    """The whole site, both languages, built once with --strict into a scratch folder.
+    """The whole site, both languages, built once per run with --strict into a scratch folder."""
 
-    Under `pytest -n` the workers share one build: the first to get the lock builds, the others wait for it.
-    """
-    scratch = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        scratch = scratch.parent  # this run's folder, above every worker's own
-    site, done = scratch / "site", scratch / "site.built"
-    with FileLock(scratch / "site.lock"):
-        if not done.exists():
-            started = time.monotonic()
-            build = _build(site)
-            assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr[-6000:]}"
-            done.write_text(f"{time.monotonic() - started:.1f}")
-    print(f"\nsite built in {done.read_text()} s")
+    def build(site):
+        done = _build(site)
+        assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr[-6000:]}"
+
+    site, seconds = once_per_run(tmp_path_factory, "site", build)
+    print(f"\nsite built in {seconds:.1f} s")
     return site
 
 

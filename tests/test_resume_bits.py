@@ -13,12 +13,11 @@ and Slurm requeues by tests/multinode.
 """
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from launching import TORCHRUN, run_to_end
 
 RANKS = Path(__file__).with_name("resume_bits_ranks.py")
 
@@ -26,18 +25,12 @@ RANKS = Path(__file__).with_name("resume_bits_ranks.py")
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> dict[str, dict[str, dict[str, torch.Tensor]]]:
     out = tmp_path_factory.mktemp("resume_bits") / "weights.pt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(RANKS), str(out)]
+    cmd = [*TORCHRUN, "--standalone", "--nproc-per-node=4", str(RANKS), str(out)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # four ranks on CPU, also on a box with fewer GPUs
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # torchrun passes SIGTERM on to its ranks, which run in sessions of their own
-        stdout, stderr = proc.communicate(timeout=60)
-        pytest.fail(f"timed out after 240 s\n{stdout}\n{stderr[-3000:]}")
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{stdout}\n{stderr[-3000:]}"
-    assert stdout.count("attempt 0: warned, stopping at step 5") == 2, stdout
-    assert stdout.count("attempt 0: starting at step 5") == 2, stdout  # each variant resumed
+    done = run_to_end(cmd, env, timeout=240)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.stdout.count("attempt 0: warned, stopping at step 5") == 2, done.stdout
+    assert done.stdout.count("attempt 0: starting at step 5") == 2, done.stdout  # each variant resumed
     return torch.load(out, weights_only=True)
 
 

@@ -5,6 +5,9 @@ import os
 
 import pytest
 import slurm
+import torch
+from launching import TORCHRUN, TRAIN_RESUMABLE, run_to_end
+from shared import once_per_run
 from testbed import TwoHosts, unavailable
 
 
@@ -55,3 +58,19 @@ def cluster(slurm_available, bed):
     """Slurm on the two hosts of a fresh bed; closing it tears the bed down and removes its folder."""
     with slurm.SlurmCluster(bed) as made:
         yield made
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory) -> dict[str, torch.Tensor]:
+    """train_resumable.py's final weights at world 2 with no fault: torchrun --standalone on this machine, run once
+    for every test that resumes the program on two hosts (which end with the same bits: world 2 is what counts)."""
+
+    def train(folder):
+        folder.mkdir()
+        cmd = [*TORCHRUN, "--standalone", "--nproc-per-node=2", str(TRAIN_RESUMABLE)]
+        cmd += [f"--snapshot={folder / 'snapshot.pt'}", f"--final={folder / 'final.pt'}"]
+        done = run_to_end(cmd, {**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=240)
+        assert done.returncode == 0 and "attempt 0: finished step 23" in done.stdout, done.stdout + done.stderr
+
+    folder, _ = once_per_run(tmp_path_factory, "uninterrupted-world-2", train)
+    return torch.load(folder / "final.pt", weights_only=True)

@@ -11,13 +11,10 @@ import re
 import signal
 import sys
 import time
-from pathlib import Path
 
 import torch
-from test_two_hosts import TORCHRUN, error_lines
+from launching import TORCHRUN, TRAIN_RESUMABLE, error_lines
 
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "snippets" / "fault" / "train_resumable.py"  # prints "attempt A: starting at step S" on rank 0
 # As restart_resume.py and the page's #flaky-restarts: a fresh store per attempt, set for torchrun.
 ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
@@ -36,29 +33,20 @@ def elastic_launch(run_id: str, port: int, *script: str, join_timeout: int = 30)
     ]
 
 
-def test_worker_crash_on_one_host_restarts_both(bed, tmp_path):
+def test_worker_crash_on_one_host_restarts_both(bed, tmp_path, uninterrupted):
     """fault-tolerance page, #test-restart, on two hosts: FAIL_AT_STEP=13 in node2's environment only, so
     node2's worker (rank 1: c10d orders the nodes by host name) dies before step 13 of attempt 0. Both
     agents restart their workers, which meet again through the rendezvous, resume from the step-10 snapshot
-    and finish; the final weights equal those of an uninterrupted two-host run, run on the same bed at the
-    same time, bit for bit (restart_resume.py's comparison)."""
-
-    def job(name: str, port: int, node2_env: dict[str, str]) -> dict:
-        cmd = elastic_launch(f"fault-{name}", port, str(TRAIN), f"--snapshot={tmp_path / name}.pt")
-        cmd += [f"--final={tmp_path / name}-final.pt"]
-        return {"node1": bed.start("node1", cmd, ENV), "node2": bed.start("node2", cmd, {**ENV, **node2_env})}
-
-    uninterrupted = job("a", 29400, {})
-    faulted = job("b", 29410, {"FAIL_AT_STEP": "13"})
+    and finish; the final weights equal those of an uninterrupted run at the same world size (2), bit for bit
+    (restart_resume.py's comparison)."""
+    cmd = elastic_launch("fault", 29400, str(TRAIN_RESUMABLE), f"--snapshot={tmp_path / 'snapshot.pt'}")
+    cmd += [f"--final={tmp_path / 'final.pt'}"]
+    procs = {"node1": bed.start("node1", cmd, ENV), "node2": bed.start("node2", cmd, {**ENV, "FAIL_AT_STEP": "13"})}
     started = time.monotonic()
-    results = {
-        (name, host): p.wait(timeout=max(1, 240 - (time.monotonic() - started)))
-        for name, procs in (("a", uninterrupted), ("b", faulted))
-        for host, p in procs.items()
-    }
-    for (name, host), r in results.items():
-        assert r.returncode == 0, f"{name} {host}: exit {r.returncode}, timed out {r.timed_out}:\n{r.output}"
-    node1, node2 = results["b", "node1"].output, results["b", "node2"].output
+    results = {host: p.wait(timeout=max(1, 240 - (time.monotonic() - started))) for host, p in procs.items()}
+    for host, r in results.items():
+        assert r.returncode == 0, f"{host}: exit {r.returncode}, timed out {r.timed_out}:\n{r.output}"
+    node1, node2 = results["node1"].output, results["node2"].output
     # rank 0 prints, and it is on node1: the crash (rank 1) was node2's worker
     assert "attempt 0: starting at step 0" in node1, node1
     # node1's agent may see node2 rejoin before its own worker's exit, a membership change, which does not count
@@ -67,10 +55,9 @@ def test_worker_crash_on_one_host_restarts_both(bed, tmp_path):
     assert re.search(r"attempt [01]: finished step 23", node1), node1
     assert "attempt" not in node2, node2
     assert re.search(r"failed \(exitcode: 1\) local_rank: 0 \(pid: \d+\)", node2), node2  # the agent saw it
-    reference = torch.load(tmp_path / "a-final.pt", weights_only=True)
-    resumed = torch.load(tmp_path / "b-final.pt", weights_only=True)
-    assert reference.keys() == resumed.keys()
-    for name, tensor in reference.items():
+    resumed = torch.load(tmp_path / "final.pt", weights_only=True)
+    assert uninterrupted.keys() == resumed.keys()
+    for name, tensor in uninterrupted.items():
         assert torch.equal(tensor, resumed[name]), f"{name} differs after the restart"
 
 
@@ -78,14 +65,14 @@ def test_worker_crash_on_one_host_restarts_both(bed, tmp_path):
 # killed mid-training; the program itself is unchanged.
 SLOW_TRAIN = f"""
 import sys, time
-sys.path.insert(0, {str(TRAIN.parent)!r})
+sys.path.insert(0, {str(TRAIN_RESUMABLE.parent)!r})
 import train_resumable
 fault_if_asked = train_resumable.fault_if_asked
 def slowly(step, attempt):
     time.sleep(0.5)
     fault_if_asked(step, attempt)
 train_resumable.fault_if_asked = slowly
-sys.argv[0] = {str(TRAIN)!r}
+sys.argv[0] = {str(TRAIN_RESUMABLE)!r}
 train_resumable.main()
 """
 

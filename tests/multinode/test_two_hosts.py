@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from launching import TORCHRUN, error_lines
 from recording import TRAIN_LINES, matches_recording
 from testbed import IFACE, TwoHosts, leftovers
 
@@ -18,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV_VARS = str(ROOT / "snippets" / "launch" / "env_vars.py")  # prints "rank R of W on node N: ok"
 TRAIN = str(ROOT / "snippets" / "ddp" / "train_torchrun.py")  # DDP on gloo; asserts replicas equal
 PROBE = str(Path(__file__).with_name("store_probe.py"))
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # = torchrun, with this interpreter
 
 
 def static_launch(master_addr: str, node_rank: int, script: str, timeout_s: int) -> list[str]:
@@ -33,11 +33,6 @@ def static_launch(master_addr: str, node_rank: int, script: str, timeout_s: int)
         "--max-restarts=0",
         script,
     ]
-
-
-def error_lines(output: str) -> str:
-    """The lines naming an exception, without the C++ frames around them."""
-    return "\n".join(line for line in output.splitlines() if re.search(r"Error: ", line))
 
 
 def test_c10d_rendezvous_across_hosts(bed):
