@@ -78,6 +78,8 @@ def snippet_env(port: int, tag: str) -> dict[str, str]:
 
 @functools.cache
 def cuda_devices() -> int:
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # every GPU hidden: no need to import torch to know
+        return 0
     try:
         import torch
 
@@ -348,26 +350,13 @@ def pytest_xdist_make_scheduler(config, log):
 
     class OneWorkerPerResource(LoadScopeScheduling):
         """Snippets run in parallel on CPUs but one at a time where they share GPUs; a test module stays on one
-        worker, so its module and session fixtures (the site build, the planted runs) are set up once per worker.
-
-        Work goes out largest module first (xdist's order), except that the multi-host modules lead: they are long,
-        mostly wait, and need no site, so the one site build overlaps them instead of idling the workers whose
-        first modules would wait for it (measured: the first 20 s of a run used 1.4 of 2 cores)."""
-
-        ordered = False
+        worker, so its module and session fixtures (the site build, the planted runs) are set up once per worker."""
 
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::")[0]
             if path.startswith("snippets/"):
                 return "gpus" if cuda_devices() else nodeid
             return path
-
-        def _assign_work_unit(self, node) -> None:
-            if not self.ordered:
-                for scope in [s for s in self.workqueue if not s.startswith("tests/multinode/")]:
-                    self.workqueue.move_to_end(scope)
-                self.ordered = True
-            super()._assign_work_unit(node)
 
     return OneWorkerPerResource(config, log)
 
