@@ -1,6 +1,7 @@
 """What the tests of one run make once and share, also across pytest-xdist workers (the site build, a reference run)."""
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ def once_per_run(tmp_path_factory, name: str, make) -> tuple[Path, float]:
     folder, done = scratch / name, scratch / f"{name}.done"
     with FileLock(scratch / f"{name}.lock"):
         if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed earlier attempt left
             started = time.monotonic()
             make(folder)
             done.write_text(f"{time.monotonic() - started:.1f}")
