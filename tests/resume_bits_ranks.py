@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from launching import TRAIN_RESUMABLE  # this file's folder is on sys.path: python puts it there
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snippets" / "fault"))
+sys.path.insert(0, str(TRAIN_RESUMABLE.parent))
 import train_resumable  # found through the path above
 
 STOP_AT = 5  # the snapshot the resumed run starts from
