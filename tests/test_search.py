@@ -3,7 +3,7 @@
 import pytest
 from searchbox import run_query, search_pages
 
-from guidekit.pages import site_path, url_path
+from guidekit.pages import LANGS, site_path, url_path
 
 pytestmark = pytest.mark.browser
 
@@ -50,3 +50,21 @@ def test_typed_query_finds_the_page(search_page, lang, query, expected):
     top = search(page, query)[:3]
     want = f"{site_path()}/{url_path(lang, expected)}"
     assert want in top, f"{query!r} on the {lang} site: top 3 {top}, expected {want}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_results_stay_in_the_readers_language(search_page, lang):
+    """A page loads its own language's index (theme/hooks/search_per_language.py), so words both languages use
+    find the pages of the language being read and no others."""
+    page = search_page(lang)
+    home = f"{site_path()}/{url_path(lang, 'index.md')}"
+    loaded = page.evaluate("performance.getEntriesByType('resource').map(e => new URL(e.name).pathname)")
+    assert [p for p in loaded if p.endswith("search_index.json")] == [f"{home}search/search_index.json"], loaded
+    others = [f"{site_path()}/{url_path(other, 'index.md')}" for other in LANGS if other != lang]
+    for query in ("torchrun", "DDP", "NCCL"):
+        found = search(page, query)
+        assert found, f"{query!r} found nothing on the {lang} site"
+        wrong = [
+            p for p in found if not p.startswith(home) or any(p.startswith(o) and len(o) > len(home) for o in others)
+        ]
+        assert not wrong, f"{query!r} on the {lang} site found pages of another language: {wrong}"

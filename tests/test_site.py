@@ -1,6 +1,7 @@
 """The built site: both languages, notebooks rendered, included code really on the page, links resolve."""
 
 import html
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -9,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from guidekit import ROOT, outputs
-from guidekit.pages import LANGS, built_path, includes, page_files, page_programs, pages, site_path
+from guidekit.pages import LANGS, built_path, includes, page_files, page_programs, pages, site_path, url_path
 from guidekit.sections import target_text
 from guidekit.spec import is_snippet, parse_spec
 
@@ -147,3 +148,20 @@ def test_every_example_says_what_it_was_verified_with(built_site, lang):
                 assert never_on_gpu in verified, f"{name}: {snippet}: {verified}"
     programs = sum(is_snippet(ROOT / p) for name in pages(lang) for p in page_programs(lang, name))
     assert notes == programs > 30, f"{notes} notes for {programs} programs on the {lang} pages"
+
+
+def test_each_language_has_its_own_search_index(built_site):
+    """theme/hooks/search_per_language.py: a language's index holds its pages and nothing else, located from its
+    own root (where its pages' search looks), so a reader downloads and searches one language only."""
+    for lang in LANGS:
+        root = built_site / url_path(lang, "index.md")
+        docs = json.loads((root / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+        pages_found = {doc["location"].split("#")[0] for doc in docs}
+        expected = {url_path(lang, name).removeprefix(url_path(lang, "index.md")) for name in page_files(lang)}
+        assert pages_found == expected, (
+            f"{lang}: index pages {sorted(pages_found ^ expected)} differ from the built pages"
+        )
+        for name in page_files(lang):
+            base = re.search(r'"base": "([^"]*)"', built_page(built_site, lang, name).read_text(encoding="utf-8"))[1]
+            resolved = (built_page(built_site, lang, name).parent / base).resolve()
+            assert resolved == root.resolve(), f"{lang}/{name}: search base {base} is not {lang}'s root"
