@@ -70,6 +70,7 @@ SlurmdSpoolDir={folder}/spool/%n
 SlurmctldPidFile={folder}/run/slurmctld.pid
 SlurmdPidFile={folder}/run/slurmd-%n.pid
 SlurmctldLogFile={folder}/log/slurmctld.log
+SlurmctldDebug=debug
 SlurmdLogFile={folder}/log/slurmd-%n.log
 PlugStackConfig={folder}/plugstack.conf
 ProctrackType=proctrack/linuxproc
@@ -206,7 +207,10 @@ class SlurmCluster:
     def job_fields(self, job_id: int) -> dict[str, str]:
         """`scontrol show job` as {field: value}, e.g. NodeList, BatchHost, ExitCode, JobState."""
         done = self.run(["scontrol", "show", "job", "--oneliner", str(job_id)], timeout=15)
-        return dict(re.findall(r"(\S+?)=(\S*)", done.output))
+        fields = dict(re.findall(r"(\S+?)=(\S*)", done.output))
+        # seen once (sbatch --wait also said "Job 1 no longer found"), cause unknown: say what slurmctld logged
+        assert "JobId" in fields, f"scontrol show job {job_id}: {done.output.strip()}\n{self.logs(job_id)}"
+        return fields
 
     def step_nodes(self, job_id: int) -> dict[str, list[str]]:
         """{node: [step ids]}: where each slurmd says it launched a step (not the batch step) of the job."""
@@ -217,9 +221,14 @@ class SlurmCluster:
             found[node] = re.findall(rf"launch task StepId=({job_id}\.\d+) request", text)
         return found
 
-    def logs(self) -> str:
-        """The daemons' own output and log files, for a failure message."""
+    def logs(self, job_id: int | None = None) -> str:
+        """The daemons' own output and log files, for a failure message; with a job id, first every line of
+        slurmctld's log about that job."""
         parts = [f"--- {name} (exit {p.popen.poll()}):\n{p.output()[-3000:]}" for name, p in self.daemons.items()]
+        controller_log = self.folder / "log" / "slurmctld.log"
+        if job_id is not None and controller_log.exists():
+            about = [x for x in controller_log.read_text(errors="replace").splitlines() if f"JobId={job_id}" in x]
+            parts.insert(0, f"--- slurmctld.log, JobId={job_id}:\n" + "\n".join(about))
         for log in sorted((self.folder / "log").glob("*.log")) + [self.folder / "munge" / "munged.log"]:
             if log.exists():
                 parts.append(f"--- {log.name}:\n{log.read_text(errors='replace')[-3000:]}")
