@@ -21,12 +21,13 @@ BROKEN_INCLUDE = """
 
 
 @pytest.mark.parametrize(
-    "planted,reported",
-    [(BROKEN_LINKS, ["no-such-page.md", "no-such-section"]), (BROKEN_INCLUDE, ["no_such_file.py"])],
+    "lang,planted,reported",
+    [("en", BROKEN_LINKS, ["no-such-page.md", "no-such-section"]), ("ko", BROKEN_INCLUDE, ["no_such_file.py"])],
     ids=["links", "include"],
 )
-def test_a_broken_page_fails_the_build(build_site, tmp_path, planted, reported):
-    """A scratch copy of the site with one planted fault (an include aborts the build, so one fault a build)."""
+def test_a_broken_page_fails_the_build(build_site, tmp_path, lang, planted, reported):
+    """A scratch copy of the site with one planted fault (an include aborts the build, so one fault a build). The
+    include goes into the Korean page, built first: the build stops there, not after the whole Korean site."""
     repo = tmp_path / "repo"
     for name in ("docs", "snippets", "theme", "notebooks", "tests/multinode/recorded"):  # what the pages take in
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
@@ -35,7 +36,7 @@ def test_a_broken_page_fails_the_build(build_site, tmp_path, planted, reported):
     assert config.count("execute: true") == 1, "mkdocs-jupyter's execute setting moved"
     # the notebooks need not run for this check: a third of a build's time
     (repo / "mkdocs.yml").write_text(config.replace("execute: true", "execute: false"), encoding="utf-8")
-    page = repo / "docs/en/ddp.md"
+    page = repo / "docs" / lang / "ddp.md"
     page.write_text(page.read_text(encoding="utf-8") + planted, encoding="utf-8")
 
     build = build_site(tmp_path / "site", cwd=repo)
