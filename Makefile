@@ -6,7 +6,7 @@ N ?= 20
 # make soak runs the snippets as make test does (three workers); SOAK_ARGS= runs them one at a time
 SOAK_ARGS ?= -n 3
 
-.PHONY: serve test lint build snippets outputs soak multinode sync-copies notebooks notebooks-write clean
+.PHONY: serve test lint build snippets outputs soak durations multinode sync-copies notebooks notebooks-write clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ serve: $(BIN)/.installed  ## build and serve the site on http://127.0.0.1:8000
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 # Three workers on two cores: snippets and browser tests spend much of their time waiting (measured in README);
-# snippets/conftest.py decides what runs side by side (pytest_xdist_make_scheduler).
+# snippets/conftest.py decides what runs side by side, longest first by tests/durations.json (pytest_xdist_make_scheduler).
 test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser)
 	$(BIN)/python -m pytest -n 3
 
@@ -37,6 +37,9 @@ outputs: $(BIN)/.installed  ## run every snippet and record what it printed (sni
 
 soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
 	$(BIN)/python tests/soak.py --runs $(N) -- $(SOAK_ARGS)
+
+durations: $(BIN)/.installed  ## run everything as make test does and record each scope's seconds (tests/durations.json)
+	$(BIN)/python -m pytest -n 3 --record-durations
 
 # Needs root (network namespaces); skipped without it, a failure under CI=true.
 multinode: $(BIN)/.installed  ## torchrun across two hosts made of network namespaces (tests/multinode)

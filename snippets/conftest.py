@@ -9,6 +9,7 @@ recordings and the manifest of what ran where. A run that compares nothing says 
 
 from __future__ import annotations
 
+import collections
 import datetime
 import functools
 import json
@@ -32,6 +33,7 @@ OUTPUT_TAIL_LINES = 150
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
 LEFTOVER_GRACE_S = 10  # after a clean exit: time for helper processes to notice and exit on their own
 RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
+DURATIONS = Path(__file__).resolve().parents[1] / "tests" / "durations.json"  # for the run order (make durations)
 
 
 # Ports for MASTER_PORT lie below Linux's ephemeral range (32768-60999), where no bind(0) or connect() of a
@@ -119,6 +121,11 @@ def pytest_addoption(parser):
         "--no-output-check",
         action="store_true",
         help="run the snippets without comparing their output with the recordings (e.g. on an older torch)",
+    )
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write how long each scope took to {DURATIONS.name}; `pytest -n` starts the longest first",
     )
 
 
@@ -344,19 +351,45 @@ def pytest_sessionstart(session):
         header.write_text("".join(f"{line}\n" for line in pytest_report_header(config)), encoding="utf-8")
 
 
+def scope_of(nodeid: str) -> str:
+    """The unit of scheduling: a snippet on CPUs, all snippets together where they share GPUs, else a test module."""
+    path = nodeid.split("::")[0]
+    if path.startswith("snippets/"):
+        return "gpus" if cuda_devices() else nodeid
+    return path
+
+
+def expected_seconds() -> dict[str, float]:
+    """Seconds each scope took in the run recorded in DURATIONS (`make durations`); an unknown one gets the median."""
+    try:
+        seconds = json.loads(DURATIONS.read_text(encoding="utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError):
+        seconds = {}
+    typical = sorted(seconds.values())[len(seconds) // 2] if seconds else 0.0
+    return collections.defaultdict(lambda: typical, seconds)
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `pytest -n 3` (make test) uses this scheduler
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class OneWorkerPerResource(LoadScopeScheduling):
         """Snippets run in parallel on CPUs but one at a time where they share GPUs; a test module stays on one
-        worker, so its module and session fixtures (the site build, the planted runs) are set up once per worker."""
+        worker, so its module and session fixtures (the site build, the planted runs) are set up once per worker.
+        The longest scopes start first (LPT: no long one is left to run alone at the end). This also puts only
+        one module that needs the site among the first three, so the site build overlaps other work."""
 
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::")[0]
-            if path.startswith("snippets/"):
-                return "gpus" if cuda_devices() else nodeid
-            return path
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "ordered", False):  # the first assignment: the queue is complete
+                seconds = expected_seconds()
+                self.workqueue = collections.OrderedDict(
+                    sorted(self.workqueue.items(), key=lambda unit: -seconds[unit[0]])
+                )
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return OneWorkerPerResource(config, log)
 
@@ -367,7 +400,11 @@ recorded: dict[str, dict[str, dict]] = {}  # platform -> snippet -> manifest ent
 uncompared: list[str] = []  # snippets that passed with no recording for this platform to compare with
 
 
+scope_seconds: collections.Counter[str] = collections.Counter()  # on the controlling process
+
+
 def pytest_runtest_logreport(report):
+    scope_seconds[scope_of(report.nodeid)] += report.duration  # setup, call and teardown
     if report.when == "call" or (report.when == "setup" and report.skipped):
         for name, value in report.user_properties:
             if name == "uncompared" and report.when == "call":
@@ -390,3 +427,21 @@ def pytest_terminal_summary(terminalreporter, config):
 def pytest_sessionfinish(session):
     if session.config.getoption("--record-output") and not hasattr(session.config, "workerinput") and recorded:
         outputs.write_manifest(recorded, session.config.rootpath)
+    if session.config.getoption("--record-durations") and not hasattr(session.config, "workerinput"):
+        write_durations(session.config)
+
+
+def write_durations(config) -> None:
+    """Merge this run's seconds per scope into DURATIONS: scopes this run left out keep their old figure."""
+    try:
+        seconds = json.loads(DURATIONS.read_text(encoding="utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError):
+        seconds = {}
+    seconds.update({scope: round(s, 1) for scope, s in scope_seconds.items()})
+    about = (
+        "Seconds per scheduling scope (a snippet, or a test module) in a `make durations` run: pytest -n starts "
+        f"the longest first (snippets/conftest.py). Recorded with {config.getoption('numprocesses', 0) or 0} workers "
+        f"on {os.cpu_count()} CPU cores, platform {platform()}."
+    )
+    text = json.dumps({"about": about, "seconds": dict(sorted(seconds.items()))}, indent=1, ensure_ascii=False)
+    DURATIONS.write_text(text + "\n", encoding="utf-8")

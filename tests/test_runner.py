@@ -207,3 +207,19 @@ def test_an_unchecked_run_says_so(planted):
     run = run_pytest(planted, "snippets/planted/prints_changed.py", "--no-output-check")
     assert run.returncode == 0, run.stdout  # its asserts pass; only the printed text changed
     assert "outputs: not compared with the recordings (--no-output-check)" in run.stdout
+
+
+def test_the_longest_recorded_scopes_run_first(planted, tmp_path):
+    """`pytest -n` starts the scopes in the order of their seconds in tests/durations.json, longest first; a scope
+    with no record counts as the median (ties keep the collection order). One worker runs them one by one, so its
+    report lists them in the order they ran."""
+    repo = tmp_path / "repo"
+    shutil.copytree(planted, repo)
+    (repo / "tests").mkdir()
+    seconds = {f"snippets/planted/{name}.py::{name}": s for name, s in [("prints", 9), ("fails", 2), ("passes", 1)]}
+    (repo / "tests" / "durations.json").write_text(json.dumps({"seconds": seconds}))
+    given = [f"snippets/planted/{name}.py" for name in ("passes", "fails", "syntax_error", "prints")]
+    run = run_pytest(repo, *given, "-n", "1", "--junitxml=order.xml")
+    assert run.returncode == 1, run.stdout  # two of them fail
+    ran = [case.get("name") for case in ET.parse(repo / "order.xml").iter("testcase")]
+    assert ran == ["prints", "fails", "syntax_error", "passes"], ran
