@@ -16,14 +16,14 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 from launching import TORCHRUN, run_to_end
+from weights import load_weights
 
 RANKS = Path(__file__).with_name("resume_bits_ranks.py")
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> dict[str, dict[str, dict[str, torch.Tensor]]]:
+def weights(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("resume_bits") / "weights.pt"
     cmd = [*TORCHRUN, "--standalone", "--nproc-per-node=3", str(RANKS), str(out)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # three ranks on CPU, also on a box with fewer GPUs
@@ -31,11 +31,13 @@ def weights(tmp_path_factory) -> dict[str, dict[str, dict[str, torch.Tensor]]]:
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert done.stdout.count("attempt 0: warned, stopping at step 5") == 2, done.stdout
     assert done.stdout.count("attempt 0: starting at step 5") == 2, done.stdout  # each variant resumed
-    return torch.load(out, weights_only=True)
+    return load_weights(out)  # {variant: {run: weights}}
 
 
 @pytest.mark.parametrize(("variant", "identical"), [("default-ddp", False), ("no-bucket-rebuild", True)])
 def test_resume_at_world_3(weights, variant, identical):
+    import torch  # here, not at collection (tests/weights.py)
+
     uninterrupted, resumed = weights[variant]["uninterrupted"], weights[variant]["resumed"]
     equal = {name: torch.equal(tensor, resumed[name]) for name, tensor in uninterrupted.items()}
     assert all(equal.values()) is identical, equal

@@ -5,10 +5,10 @@ import os
 
 import pytest
 import slurm
-import torch
 from launching import TORCHRUN, TRAIN_RESUMABLE, run_to_end
 from shared import once_per_run
 from testbed import TwoHosts, unavailable
+from weights import load_weights
 
 
 def _cannot(reason: str, what: str = "two-host test bed") -> None:
@@ -61,7 +61,7 @@ def cluster(slurm_available, bed):
 
 
 @pytest.fixture(scope="session")
-def uninterrupted(tmp_path_factory) -> dict[str, torch.Tensor]:
+def uninterrupted(tmp_path_factory) -> dict:
     """train_resumable.py's final weights at world 2 with no fault: torchrun --standalone on this machine, run once
     for every test that resumes the program on two hosts (which end with the same bits: world 2 is what counts)."""
 
@@ -73,4 +73,4 @@ def uninterrupted(tmp_path_factory) -> dict[str, torch.Tensor]:
         assert done.returncode == 0 and "attempt 0: finished step 23" in done.stdout, done.stdout + done.stderr
 
     folder, _ = once_per_run(tmp_path_factory, "uninterrupted-world-2", train)
-    return torch.load(folder / "final.pt", weights_only=True)
+    return load_weights(folder / "final.pt")

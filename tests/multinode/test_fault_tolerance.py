@@ -12,8 +12,8 @@ import signal
 import sys
 import time
 
-import torch
 from launching import TORCHRUN, TRAIN_RESUMABLE, error_lines
+from weights import assert_bit_identical, load_weights
 
 # As restart_resume.py and the page's #flaky-restarts: a fresh store per attempt, set for torchrun.
 ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -55,10 +55,7 @@ def test_worker_crash_on_one_host_restarts_both(bed, tmp_path, uninterrupted):
     assert re.search(r"attempt [01]: finished step 23", node1), node1
     assert "attempt" not in node2, node2
     assert re.search(r"failed \(exitcode: 1\) local_rank: 0 \(pid: \d+\)", node2), node2  # the agent saw it
-    resumed = torch.load(tmp_path / "final.pt", weights_only=True)
-    assert uninterrupted.keys() == resumed.keys()
-    for name, tensor in uninterrupted.items():
-        assert torch.equal(tensor, resumed[name]), f"{name} differs after the restart"
+    assert_bit_identical(uninterrupted, load_weights(tmp_path / "final.pt"), after="the restart")
 
 
 # train_resumable.py, each step 0.5 s slower (a sleep before the fault-injection check), so that a host can be

@@ -10,9 +10,9 @@ two-core machine's run short, `--ntasks-per-node=2` for the one-task-per-GPU scr
 import re
 
 import slurm
-import torch
 from recording import TRAIN_LINES, matches_recording
 from testbed import TwoHosts, leftovers
+from weights import assert_bit_identical, load_weights
 
 TORCHRUN_SCRIPT = "snippets/launch/slurm_train.sbatch"  # srun torchrun, one worker per GPU
 SRUN_SCRIPT = "snippets/launch/slurm_srun.sbatch"  # srun python env_vars.py, one task per GPU
@@ -104,10 +104,7 @@ def test_requeued_job_resumes_bit_identical(cluster, tmp_path, uninterrupted):
     fields = cluster.job_fields(job.job_id)
     assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), fields
 
-    resumed = torch.load(tmp_path / "requeued.pt", weights_only=True)
-    assert uninterrupted.keys() == resumed.keys()
-    for name, tensor in uninterrupted.items():
-        assert torch.equal(tensor, resumed[name]), f"{name} differs after the requeue"
+    assert_bit_identical(uninterrupted, load_weights(tmp_path / "requeued.pt"), after="the requeue")
 
 
 def test_cluster_leaves_nothing_behind(slurm_available):
