@@ -366,12 +366,17 @@ def scope_of(nodeid: str) -> str:
     return path
 
 
-def expected_seconds() -> dict[str, float]:
-    """Seconds each scope took in the run recorded in DURATIONS (`make durations`); an unknown one gets the median."""
+def recorded_seconds() -> dict[str, float]:
+    """Seconds each scope took in the run recorded in DURATIONS (`make durations`); none if there is no record."""
     try:
-        seconds = json.loads(DURATIONS.read_text(encoding="utf-8"))["seconds"]
+        return json.loads(DURATIONS.read_text(encoding="utf-8"))["seconds"]
     except (OSError, ValueError, KeyError):
-        seconds = {}
+        return {}
+
+
+def expected_seconds() -> dict[str, float]:
+    """recorded_seconds(), where a scope without a record gets the median."""
+    seconds = recorded_seconds()
     typical = sorted(seconds.values())[len(seconds) // 2] if seconds else 0.0
     return collections.defaultdict(lambda: typical, seconds)
 
@@ -383,8 +388,9 @@ def pytest_xdist_make_scheduler(config, log):
     class OneWorkerPerResource(LoadScopeScheduling):
         """Snippets run in parallel on CPUs but one at a time where they share GPUs; a test module stays on one
         worker, so its module and session fixtures (the site build, the planted runs) are set up once per worker.
-        The longest scopes start first (LPT: no long one is left to run alone at the end). This also puts only
-        one module that needs the site among the first three, so the site build overlaps other work."""
+        The longest scopes start first (LPT: no long one is left to run alone at the end); with the recorded
+        figures the browser tests, which build the site, start beside two multi-host modules, not beside other
+        tests that would wait for the build."""
 
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
@@ -440,10 +446,7 @@ def pytest_sessionfinish(session):
 
 def write_durations(config) -> None:
     """Merge this run's seconds per scope into DURATIONS: scopes this run left out keep their old figure."""
-    try:
-        seconds = json.loads(DURATIONS.read_text(encoding="utf-8"))["seconds"]
-    except (OSError, ValueError, KeyError):
-        seconds = {}
+    seconds = recorded_seconds()
     seconds.update({scope: round(s, 1) for scope, s in scope_seconds.items()})
     about = (
         "Seconds per scheduling scope (a snippet, or a test module) in a `make durations` run: pytest -n starts "
