@@ -17,7 +17,7 @@ $(BIN)/.installed: pyproject.toml
 serve: $(BIN)/.installed  ## build and serve the site on http://127.0.0.1:8000
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
-# Three workers on two cores: snippets and browser tests spend much of their time waiting (measured in README);
+# Three workers on two cores: faster than two or four there, though the run is CPU-bound (measured in README);
 # snippets/conftest.py decides what runs side by side, longest first by tests/durations.json (pytest_xdist_make_scheduler).
 test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser)
 	$(BIN)/python -m pytest -n 3

@@ -25,8 +25,9 @@ COMPRESSED_TYPES = ("text/", "javascript", "json", "svg", "xml")
 class Visit:
     """A page open in a fresh context that records console errors, outside requests and bytes received.
 
-    `search=False` leaves out the search index, for tests about something else: building it is nearly half of
-    what a page load costs the machine (0.44 of 0.95 CPU-seconds, measured with this site and browser)."""
+    `search=False` leaves out the search index, for tests about something else: building it was nearly half of
+    what a page load cost the machine (0.44 of 0.95 CPU-seconds, measured while one index held both languages;
+    each language's index is now about half that size)."""
 
     def __init__(self, browser, base_url, search=True, **context_args):
         self.context = browser.new_context(service_workers="block", **context_args)
