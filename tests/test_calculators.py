@@ -306,11 +306,13 @@ def test_multi_node_torchrun_has_the_two_node_simulations_options(page):
 
 
 def test_kubernetes_command_uses_the_completion_index_and_the_headless_service(page):
-    words = shlex.split(" ".join(command_lines(built(page, 4, 8, "k8s", "train.py"))), posix=False)
+    generated = built(page, 4, 8, "k8s", "train.py")
+    assert "# Each pod asks for nvidia.com/gpu: 8;" in generated  # the GPUs go into the pod's limit
+    words = shlex.split(" ".join(command_lines(generated)), posix=False)
     assert words == [
         "torchrun",
         "--nnodes=4",
-        "--nproc-per-node=8",
+        '--nproc-per-node="${NPROC_PER_NODE:-gpu}"',  # one worker per GPU the pod gets
         '--node-rank="$JOB_COMPLETION_INDEX"',
         "--rdzv-backend=static",  # c10d ignores --node-rank (the torchrun page)
         "--rdzv-endpoint=ddp-0.ddp:29500",

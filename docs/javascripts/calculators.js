@@ -570,9 +570,10 @@
     return [
       `# Every pod of the Indexed Job "ddp" (completions: ${nodes}, one pod per node) runs this.`,
       `# Kubernetes sets JOB_COMPLETION_INDEX (0 to ${nodes - 1}); ddp-0.ddp is pod 0 through the headless Service "ddp".`,
+      `# Each pod asks for nvidia.com/gpu: ${gpus}; torchrun starts one worker per GPU the pod gets.`,
       continued("torchrun", [
         `--nnodes=${nodes}`,
-        `--nproc-per-node=${gpus}`,
+        '--nproc-per-node="${NPROC_PER_NODE:-gpu}"',
         '--node-rank="$JOB_COMPLETION_INDEX"',
         "--rdzv-backend=static",
         "--rdzv-endpoint=ddp-0.ddp:29500",

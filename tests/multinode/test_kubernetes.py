@@ -3,11 +3,12 @@
 - Every document of the manifest is valid against the official schemas of the Kubernetes versions the page
   names, offline (kubernetes-validate ships the schemas) and strictly: an unknown field fails.
 - The structure the page relies on: an Indexed Job whose pods find pod 0 through a headless Service, one pod
-  per node with as many GPUs as torchrun starts workers, and the calculator's command (tests/test_calculators.py
-  compares it with what the calculator prints).
+  per node, torchrun starting one worker per GPU the pod gets, and the calculator's command
+  (tests/test_calculators.py compares it with what the calculator prints).
 - The pods' command, read from the manifest, runs on the two-host test bed (testbed.py) with what a pod gets:
   the host name <job>-<index>, JOB_COMPLETION_INDEX, and the other pods' DNS names <job>-<index>.<service>.
-  Only the script's path inside the image is replaced by the repository's copy; DDP runs on gloo.
+  Only the script's path inside the image is replaced by the repository's copy, and the Job is adapted to nodes
+  without GPUs as the manifest's header and the page say (no GPU limit, NPROC_PER_NODE=1); DDP runs on gloo.
 """
 
 import copy
@@ -71,12 +72,13 @@ def test_manifest_has_the_structure_the_page_describes():
     assert selector and selector.items() <= labels.items(), (selector, labels)
     assert POD["subdomain"] == SERVICE["metadata"]["name"]
     # the command: a shell, so that $JOB_COMPLETION_INDEX is expanded; the calculator's static rendezvous
-    gpus = CONTAINER["resources"]["limits"]["nvidia.com/gpu"]
+    assert isinstance(CONTAINER["resources"]["limits"]["nvidia.com/gpu"], int)
+    assert "env" not in CONTAINER  # on GPU nodes NPROC_PER_NODE is unset: torchrun counts the GPUs
     assert CONTAINER["command"][:2] == ["/bin/sh", "-c"] and len(CONTAINER["command"]) == 3
     assert torchrun_words(CONTAINER["command"][2]) == [
         "torchrun",
         f"--nnodes={nodes}",
-        f"--nproc-per-node={gpus}",  # one worker per GPU the pod gets
+        "--nproc-per-node=${NPROC_PER_NODE:-gpu}",  # one worker per GPU the pod gets
         "--node-rank=$JOB_COMPLETION_INDEX",
         "--rdzv-backend=static",  # c10d would ignore --node-rank (the torchrun page)
         f"--rdzv-endpoint={PODS[0]}.{SERVICE['metadata']['name']}:29500",  # pod 0 hosts the store
@@ -86,23 +88,40 @@ def test_manifest_has_the_structure_the_page_describes():
     assert re.search(r"^ *image: .*# PLACEHOLDER", text, re.M) and re.search(rf"{IMAGE_SCRIPT}: PLACEHOLDER", text)
 
 
+def on_cpu_nodes(job: dict, workers: int) -> dict:
+    """The Job as the page adapts it to nodes without GPUs: no GPU limit, NPROC_PER_NODE in the container's env."""
+    cpu = copy.deepcopy(job)
+    (container,) = cpu["spec"]["template"]["spec"]["containers"]
+    del container["resources"]["limits"]["nvidia.com/gpu"]
+    container["env"] = [{"name": "NPROC_PER_NODE", "value": str(workers)}]
+    return cpu
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_cpu_variant_is_valid_for_kubernetes(version):
+    kubernetes_validate.validate(on_cpu_nodes(JOB, 2), version, strict=True)
+
+
 @pytest.mark.parametrize("bed", [{"names": PODS, "aliases": DNS_NAMES}], ids=["pods"], indirect=True)
 def test_pods_train_across_two_hosts(bed):
     """Each host is a pod: its host name is <job>-<index>, it has JOB_COMPLETION_INDEX and HOSTNAME as
     Kubernetes sets them, and it runs the container's command from the manifest (torchrun from this
-    interpreter's environment, as an image has it on PATH). train_torchrun.py asserts that the loss fell and
-    that the replicas are bit-identical; rank 0, on pod 0, says so."""
-    command = CONTAINER["command"]
+    interpreter's environment, as an image has it on PATH), adapted to nodes without GPUs as the page says, with
+    one worker a pod: what the manifest decides (node rank, pod 0's name, the port) is the same for any number of
+    workers, and two a pod would cost the two-core machine 6 CPU-seconds. train_torchrun.py asserts that the loss
+    fell and that the replicas are bit-identical; rank 0, on pod 0, says so."""
+    (container,) = on_cpu_nodes(JOB, workers=1)["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
     assert command[-1].count(IMAGE_SCRIPT) == 1
     run = [*command[:-1], command[-1].replace(IMAGE_SCRIPT, str(TRAIN))]
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {e["name"]: e["value"] for e in CONTAINER.get("env", [])}  # the manifest's own variables, if any
     commands = {
         pod: ["env", f"JOB_COMPLETION_INDEX={index}", f"HOSTNAME={pod}", *run] for index, pod in enumerate(PODS)
     }
+    env = {e["name"]: e["value"] for e in container["env"]}
     results = bed.run_all(commands, env={**env, "PATH": path}, timeout=300)
     for r in results.values():
         assert r.returncode == 0, f"{r.host}: exit {r.returncode}, timed out {r.timed_out}:\n{r.output}"
-    world = len(PODS) * CONTAINER["resources"]["limits"]["nvidia.com/gpu"]
+    world = len(PODS)
     assert f"{world} ranks on cpu (gloo): replicas identical" in results[PODS[0]].output, results[PODS[0]].output
     matches_recording("kubernetes_pods", re.findall(TRAIN_LINES, results[PODS[0]].output, re.MULTILINE))
