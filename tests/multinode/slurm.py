@@ -34,6 +34,8 @@ from testbed import Proc, TwoHosts
 
 CONTROLLER = "node1"  # runs munged and slurmctld next to its slurmd
 CPUS = 32  # per node, declared: the page's scripts ask for up to 8 tasks x 4 CPUs
+# A job in one of these states has ended for good (a requeued one goes back to PENDING instead).
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "srun")
 
 
@@ -50,12 +52,15 @@ def unavailable() -> str | None:
 def slurm_conf(folder: Path, nodes: list[str]) -> str:
     """A minimal slurm.conf: one partition of `nodes`, no accounting, no cgroups in use.
 
-    Two settings keep the tests short: `cred_expire=10` (a requeued job waits as long as a credential lives
-    before it may start again, 120 s by default), and `MinJobAge=0`, which keeps finished jobs' records (purged
-    after 300 s by default) and so keeps `sbatch --wait` polling every 2 s: its wait loop (`_job_wait` in
-    src/sbatch/sbatch.c) backs off 2 -> 8 -> 32 s only while its sleep is under MinJobAge / 2, so with the
-    default a 15 s job returns after 42 s. A requeued job is started by a scheduling pass once it may start
-    again; `sched_interval=2,bf_interval=2` makes one come every 2 s, not up to 30 s (backfill) or 60 s later."""
+    `MinJobAge=3600` keeps a finished job's record for the cluster's life (300 s by default): the tests read
+    it after the job (`scontrol show job`). `MinJobAge=0` does not mean "never purge" as the slurm.conf man
+    page says: Slurm 22.05 raises it to 2 s ("MinJobAge must be at least 2"; `scontrol show config` says
+    `MinJobAge = 2 sec`), and the once-a-minute purge pass then removed a record between the job's end and
+    the test's question once in about fifteen runs ("Invalid job id specified"; `sbatch --wait` once said
+    "Job 1 no longer found"). Two settings keep the tests short: `cred_expire=10` (a requeued job waits as
+    long as a credential lives before it may start again, 120 s by default), and
+    `sched_interval=2,bf_interval=2`: a requeued job is started by a scheduling pass once it may start again,
+    and one comes every 2 s, not up to 30 s (backfill) or 60 s later."""
     names = ",".join(nodes)
     return f"""\
 ClusterName=bed
@@ -84,7 +89,7 @@ MpiDefault=none
 ReturnToService=2
 MailProg=/bin/true
 KillWait=5
-MinJobAge=0
+MinJobAge=3600
 SchedulerParameters=sched_interval=2,bf_interval=2
 InactiveLimit=0
 SlurmctldTimeout=30
@@ -99,7 +104,8 @@ class Job:
     """A finished batch job: sbatch's own result and the job's output file."""
 
     job_id: int | None
-    returncode: int | None  # sbatch --wait's: the job's exit code, None if sbatch was killed at its timeout
+    returncode: int | None  # the job's exit code (128 + signal if one killed it), sbatch's if it refused the job,
+    # None if the job had not finished at the timeout
     sbatch_output: str
     output: str  # what the batch script and its job steps wrote (--output)
     seconds: float
@@ -188,27 +194,36 @@ class SlurmCluster:
         return dict(line.split() for line in done.output.splitlines() if len(line.split()) == 2)
 
     def sbatch(self, args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> Job:
-        """`sbatch --wait` from the repository root on the controller; the job's output comes back.
+        """`sbatch` from the repository root on the controller, then the job's state once a second until it
+        has finished (as `sbatch --wait` would, every 2 s); the job's output comes back.
 
         The job runs in the repository (the page's scripts use paths relative to it), its output goes to a
         file of the temporary folder. `args` are sbatch options, the script and its arguments.
         """
         root = Path(__file__).resolve().parents[2]
         out = self.folder / "jobs" / "job-%j.out"
-        cmd = ["sbatch", "--wait", f"--chdir={root}", f"--output={out}", *args]
         started = time.monotonic()
-        done = self.run(cmd, env=env, timeout=timeout)
+        done = self.run(["sbatch", f"--chdir={root}", f"--output={out}", *args], env=env, timeout=30)
         found = re.search(r"Submitted batch job (\d+)", done.output)
         job_id = int(found[1]) if found else None
+        returncode = None if job_id else done.returncode
+        for _ in range(int(timeout) + 1 if job_id else 0):  # bounded: one question a second
+            fields = self.job_fields(job_id)
+            if fields["JobState"] in FINISHED:
+                code, signal = map(int, fields["ExitCode"].split(":"))
+                returncode = 128 + signal if signal else code
+                break
+            if time.monotonic() - started > timeout:
+                break
+            time.sleep(1)
         path = self.folder / "jobs" / f"job-{job_id}.out"
         output = path.read_text(errors="replace") if job_id and path.exists() else ""
-        return Job(job_id, done.returncode, done.output, output, time.monotonic() - started)
+        return Job(job_id, returncode, done.output, output, time.monotonic() - started)
 
     def job_fields(self, job_id: int) -> dict[str, str]:
         """`scontrol show job` as {field: value}, e.g. NodeList, BatchHost, ExitCode, JobState."""
         done = self.run(["scontrol", "show", "job", "--oneliner", str(job_id)], timeout=15)
         fields = dict(re.findall(r"(\S+?)=(\S*)", done.output))
-        # seen once (sbatch --wait also said "Job 1 no longer found"), cause unknown: say what slurmctld logged
         assert "JobId" in fields, f"scontrol show job {job_id}: {done.output.strip()}\n{self.logs(job_id)}"
         return fields
 
