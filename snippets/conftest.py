@@ -66,10 +66,11 @@ def command_for(spec: Spec, port: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
-def snippet_env(port: int, tag: str) -> dict[str, str]:
+def snippet_env(port: int, tag: str, scratch: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {RUN_TAG: tag},
+        TMPDIR=scratch,  # what the program leaves in the temp folder (torchrun's logs, a snapshot) goes with it
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         OMP_NUM_THREADS="1",  # one thread per rank: ranks share few cores
@@ -162,11 +163,15 @@ class SnippetItem(pytest.Item):
     def runtest(self) -> None:
         port, tag = free_port(), uuid.uuid4().hex
         # files, not pipes: a leftover process cannot hold them open
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        with (
+            tempfile.TemporaryFile("w+") as out,
+            tempfile.TemporaryFile("w+") as err,
+            tempfile.TemporaryDirectory(prefix="snippet-") as scratch,
+        ):
             proc = subprocess.Popen(
                 command_for(self.spec, port),
                 cwd=self.config.rootpath,
-                env=snippet_env(port, tag),
+                env=snippet_env(port, tag, scratch),
                 stdout=out,
                 stderr=err,
                 text=True,

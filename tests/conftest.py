@@ -31,6 +31,19 @@ def _build(site, cwd=ROOT, config="mkdocs.yml"):
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def programs_temp_folder(tmp_path_factory):
+    """Programs the tests start (torchrun, Chromium, Slurm's daemons) write their temp files into this run's folder,
+    which pytest removes with old runs, not into /tmp; this process keeps the temp folder it already has."""
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+    yield
+    if before is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = before
+
+
 @pytest.fixture(scope="session")
 def build_site():
     """`build_site(site_dir, cwd=..., config=...)`: a strict build of the site, as a CompletedProcess."""

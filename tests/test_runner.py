@@ -5,8 +5,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +48,16 @@ PLANTED = {
         print("started a process and left")
         """
     ),
+    # Writes into the temp folder and says where (in the repository, the runner's working directory).
+    "uses_temp.py": textwrap.dedent(
+        """\
+        import pathlib, tempfile
+        path = pathlib.Path(tempfile.gettempdir(), "planted-temp-file")
+        path.write_text("left here")
+        pathlib.Path("temp-used.txt").write_text(str(path))
+        print("wrote a temp file")
+        """
+    ),
     # Two ranks that never finish. What is tested is the runner's timeout and cleanup, not a collective: the ranks
     # leave torch unimported (2 CPU-seconds each).
     "hangs.py": textwrap.dedent(
@@ -66,6 +78,7 @@ RECORDED = {  # what `make outputs` would have written for the planted snippets 
     "two_ranks.txt": "2 ranks ready\n",
     "prints.txt": "loss 0.25 after 3 steps\n",
     "prints_changed.txt": "loss 0.25 after 3 steps\n",
+    "uses_temp.txt": "wrote a temp file\n",
 }
 
 
@@ -120,10 +133,17 @@ def test_each_snippet_is_its_own_test(outcomes):
     assert set(outcomes) == {name.removesuffix(".py") for name in PLANTED}
 
 
-@pytest.mark.parametrize("name", ["passes", "two_ranks", "prints"])
+@pytest.mark.parametrize("name", ["passes", "two_ranks", "prints", "uses_temp"])
 def test_passing_programs_pass(outcomes, name):
     outcome, text = outcomes[name]
     assert outcome == "passed", text
+
+
+def test_what_a_snippet_leaves_in_the_temp_folder_goes_with_it(planted, outcomes):
+    """torchrun's logs, a snapshot: each run gets a temp folder of its own, removed after it."""
+    used = Path((planted / "temp-used.txt").read_text())
+    assert used.parent != Path(tempfile.gettempdir()) and used.parent.name.startswith("snippet-"), used
+    assert not used.exists() and not used.parent.exists(), f"{used} is still there"
 
 
 def test_printing_something_else_than_the_recording_fails_with_a_diff(outcomes):
