@@ -21,18 +21,15 @@ PLANTED = {
     "fails.py": "print('before the failure')\nassert 1 + 1 == 3, 'planted wrong result'\n",
     "needs_two_gpus.py": "# requires: gpus=2\nimport torch\nassert torch.cuda.device_count() >= 2\n",
     "syntax_error.py": "def broken(:\n    pass\n",
+    # Two ranks under torchrun: what is tested is the launch and rank 0's output reaching the report, not a
+    # collective, so the ranks leave torch unimported (1.5 CPU-seconds each); torchrun itself imports it.
     "two_ranks.py": textwrap.dedent(
         """\
         # launch: torchrun --standalone --nproc-per-node=2 snippets/planted/two_ranks.py
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        ranks = torch.tensor([float(dist.get_rank())])
-        dist.all_reduce(ranks)  # a rank that left right after init could break its peer's connection set-up
-        assert dist.get_world_size() == 2 and ranks.item() == 1.0
-        if dist.get_rank() == 0:
+        import os
+        assert os.environ["WORLD_SIZE"] == "2" and os.environ["LOCAL_RANK"] in ("0", "1")
+        if os.environ["RANK"] == "0":
             print("2 ranks ready")
-        dist.destroy_process_group()
         """
     ),
     # Print what their recordings say, once changed, once with no recording at all.
@@ -116,7 +113,7 @@ def run_pytest(repo, *args, timeout=600):
 @pytest.fixture(scope="module")
 def outcomes(planted):
     """name -> (outcome, message + captured text) from one run over every planted snippet."""
-    run = run_pytest(planted, "snippets", "-rs", "-n", "2", "--junitxml=report.xml")  # the hang waits: overlap it
+    run = run_pytest(planted, "snippets", "-rs", "--junitxml=report.xml")
     assert run.returncode == 1, run.stdout  # some planted snippets must fail
     found = {}
     for case in ET.parse(planted / "report.xml").iter("testcase"):
