@@ -78,6 +78,9 @@ class Visit:
         return self.page
 
     def close(self):
+        # a route handler under way finishes first: closing under it disposes the response it reads, and
+        # Playwright raises that in whichever call comes next (a CI run: the next test's new_context)
+        self.context.unroute_all(behavior="wait")
         self.context.close()
 
 
@@ -96,6 +99,30 @@ def visit(browser, base_url):
 
 def url_of(base_url, lang, name):
     return f"{base_url}/{url_path(lang, name)}"
+
+
+def test_closing_a_tab_waits_for_its_index_being_served(browser, base_url):
+    """Closed under a route handler, a context disposes the response the handler reads, and Playwright raises that
+    in whichever call comes next (a CI run: the next test's new_context). Visit.close() lets the handler finish."""
+
+    class Held(Visit):
+        held = False
+
+        def _index_without_pages(self, route):
+            self.held = True
+            self.page.wait_for_timeout(300)  # still serving the index when the test closes the tab
+            super()._index_without_pages(route)
+
+    v = Held(browser, base_url)
+    v.page.goto(url_of(base_url, "ko", "index.md"), wait_until="commit")
+    for _ in range(200):  # until the handler runs, 10 s at most
+        if v.held:
+            break
+        v.page.wait_for_timeout(50)
+    assert v.held, "the page did not request its search index"
+    v.close()
+    assert v.substituted, "the tab closed before its index was served"
+    browser.new_context().close()  # where an error the handler left behind would be raised
 
 
 ALL_PAGES = [(lang, name) for lang in LANGS for name in sorted(page_files(lang))]
