@@ -12,8 +12,10 @@ Declarations are comment lines near the top of a snippet:
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,6 +88,29 @@ def parse_spec(path: Path, root: Path = ROOT) -> Spec:
         excerpts.append((name, re.compile(regex.strip())))
     rules = OutputRules(tuple(map(re.compile, repeated["output-varies"])), tuple(excerpts))
     return Spec(rel, launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)), rules)
+
+
+def launch_command(spec: Spec, port: int) -> list[str]:
+    """The declared launch as the tests start it: with this interpreter, and torchrun on `port` unless the launch
+    picks its own (--standalone, a rendezvous endpoint)."""
+    program, *args = spec.launch
+    if program == "python":
+        return [sys.executable, *args]
+    if "--standalone" not in args and not any(a.startswith("--rdzv") for a in args):
+        args = [f"--master-port={port}", *args]
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def launch_env(port: int) -> dict[str, str]:
+    """This environment, plus what every launched program gets: a rendezvous on `port`, one thread a rank."""
+    return {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",  # one thread per rank: ranks share few cores
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def is_snippet(path: Path) -> bool:

@@ -19,7 +19,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from guidekit import outputs
-from guidekit.spec import Spec, is_snippet, parse_spec
+from guidekit.spec import Spec, is_snippet, launch_command, launch_env, parse_spec
 
 OUTPUT_TAIL_LINES = 150
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
@@ -56,28 +55,9 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {first}-{first + PORT_BLOCK - 1}")
 
 
-def command_for(spec: Spec, port: int) -> list[str]:
-    """The declared launch with this interpreter, and torchrun on a free port."""
-    program, *args = spec.launch
-    if program == "python":
-        return [sys.executable, *args]
-    if "--standalone" not in args and not any(a.startswith("--rdzv") for a in args):
-        args = [f"--master-port={port}", *args]
-    return [sys.executable, "-m", "torch.distributed.run", *args]
-
-
 def snippet_env(port: int, tag: str, scratch: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {RUN_TAG: tag},
-        TMPDIR=scratch,  # what the program leaves in the temp folder (torchrun's logs, a snapshot) goes with it
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        OMP_NUM_THREADS="1",  # one thread per rank: ranks share few cores
-        PYTHONUNBUFFERED="1",
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    return env
+    # TMPDIR: what the program leaves in the temp folder (torchrun's logs, a snapshot) goes with it
+    return {**launch_env(port), RUN_TAG: tag, "TMPDIR": scratch}
 
 
 # A GPU torch could use has one of these device files: NVIDIA's driver, WSL 2's GPU, ROCm (torch.cuda there too).
@@ -169,7 +149,7 @@ class SnippetItem(pytest.Item):
             tempfile.TemporaryDirectory(prefix="snippet-") as scratch,
         ):
             proc = subprocess.Popen(
-                command_for(self.spec, port),
+                launch_command(self.spec, port),
                 cwd=self.config.rootpath,
                 env=snippet_env(port, tag, scratch),
                 stdout=out,

@@ -1,11 +1,9 @@
 """Every program a page includes is offered whole: the file byte for byte, a download the site serves, one note."""
 
 import html
-import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import unquote, urljoin
@@ -15,7 +13,7 @@ import pytest
 from guidekit import ROOT
 from guidekit.pages import LANGS, built_path, page_files, page_includes, page_programs, served_path, url_path
 from guidekit.sections import parse_target, target_text
-from guidekit.spec import is_snippet, parse_spec, sibling_files
+from guidekit.spec import is_snippet, launch_command, launch_env, parse_spec, sibling_files
 
 PAGES = [(lang, name) for lang in LANGS for name in sorted(page_files(lang))]
 CODE_BLOCK = re.compile(r'<span class="filename">(?P<title>[^<]*)</span><pre>.*?<code>(?P<code>.*?)</code></pre>', re.S)
@@ -81,21 +79,15 @@ def free_port() -> int:
 
 
 def launch(spec, cwd: Path) -> subprocess.CompletedProcess:
-    """The declared launch, as the snippet runner starts it (snippets/conftest.py): this interpreter, a free port."""
-    program, *args = spec.launch
-    if program == "torchrun":
-        if "--standalone" not in args and not any(a.startswith("--rdzv") for a in args):
-            args = [f"--master-port={free_port()}", *args]
-        args = ["-m", "torch.distributed.run", *args]
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "OMP_NUM_THREADS": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    """The declared launch, as the snippet runner starts it (guidekit.spec): this interpreter, a free port."""
+    port = free_port()
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=spec.timeout_s
+        launch_command(spec, port),
+        cwd=cwd,
+        env=launch_env(port),
+        capture_output=True,
+        text=True,
+        timeout=spec.timeout_s,
     )
 
 

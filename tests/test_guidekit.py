@@ -1,5 +1,6 @@
 """Unit tests of guidekit, the one owner of the include syntax, section markers, declarations and page layout."""
 
+import sys
 import textwrap
 from pathlib import Path, PurePosixPath
 
@@ -17,7 +18,7 @@ from guidekit.sections import (
     section_names,
     shown_text,
 )
-from guidekit.spec import parse_spec, sibling_files
+from guidekit.spec import launch_command, launch_env, parse_spec, sibling_files
 
 PROGRAM = textwrap.dedent(
     """\
@@ -161,6 +162,27 @@ def test_declarations(tmp_path, header, launch, gpus, world):
     spec = declared(tmp_path, header)
     assert spec.command == (launch or header.splitlines()[0].removeprefix("# launch: "))
     assert (spec.gpus, spec.world_size, spec.timeout_s) == (gpus, world, 120)
+
+
+@pytest.mark.parametrize(
+    "header,argv",
+    [
+        ("", ["snippets/x/prog.py"]),
+        ("# launch: torchrun --standalone --nproc-per-node=2 snippets/x/prog.py", None),  # picks its own port
+        ("# launch: torchrun --rdzv-endpoint=h:1 --nnodes=2 snippets/x/prog.py", None),  # so does a rendezvous
+        ("# launch: torchrun --nnodes=1 --nproc-per-node=2 snippets/x/prog.py", ["--master-port=29999"]),
+    ],
+)
+def test_launch_command_uses_this_interpreter_and_the_given_port(tmp_path, header, argv):
+    spec = declared(tmp_path, header)
+    command = launch_command(spec, 29999)
+    if spec.launch[0] == "python":
+        assert command == [sys.executable, *argv]
+    else:
+        extra = argv or []
+        assert command == [sys.executable, "-m", "torch.distributed.run", *extra, *spec.launch[1:]]
+    env = launch_env(29999)
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["OMP_NUM_THREADS"]) == ("127.0.0.1", "29999", "1")
 
 
 @pytest.mark.parametrize(
