@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -14,8 +15,12 @@ import pytest
 
 from guidekit import ROOT
 
-HANG_MARKER = "planted-hang-7c1e"  # found in the command line of any rank that outlives its timeout
-ORPHAN_MARKER = "planted-orphan-3b9d"  # the command line of a process a snippet leaves behind
+# In the command line of a rank that outlives its timeout, of a process a snippet leaves behind. Unique to this
+# process: where pytest-xdist spreads this module's tests over workers (`pytest -n 3 tests`: the scope scheduler
+# lives in snippets/conftest.py), each worker makes its own planted runs, whose processes this one must not see.
+RUN_ID = uuid.uuid4().hex[:8]
+HANG_MARKER = f"planted-hang-{RUN_ID}"
+ORPHAN_MARKER = f"planted-orphan-{RUN_ID}"
 PLANTED = {
     "passes.py": "assert 1 + 1 == 2\nprint('ok')\n",
     "fails.py": "print('before the failure')\nassert 1 + 1 == 3, 'planted wrong result'\n",
@@ -56,7 +61,7 @@ PLANTED = {
         """
     ),
     # Two ranks that never finish. What is tested is the runner's timeout and cleanup, not a collective: the ranks
-    # leave torch unimported (2 CPU-seconds each).
+    # leave torch unimported (1.5 CPU-seconds each).
     "hangs.py": textwrap.dedent(
         f"""\
         # launch: torchrun --standalone --nproc-per-node=2 snippets/planted/hangs.py {HANG_MARKER}
@@ -185,14 +190,14 @@ def test_a_syntax_error_fails(outcomes):
 def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(outcomes):
     outcome, text = outcomes["hangs"]
     assert outcome == "failed" and "timed out after 10 s (all its processes killed)" in text
-    survivors = subprocess.run(["pgrep", "-f", HANG_MARKER], capture_output=True, text=True).stdout
+    survivors = subprocess.run(["pgrep", "-af", HANG_MARKER], capture_output=True, text=True).stdout
     assert not survivors.strip(), f"ranks outlived the timeout: {survivors}"
 
 
 def test_a_snippet_that_leaves_a_process_running_fails_and_the_process_is_killed(outcomes):
     outcome, text = outcomes["leaves_orphan"]
     assert outcome == "failed" and "exited 0 but left 1 process(es) running (now killed)" in text
-    survivors = subprocess.run(["pgrep", "-f", ORPHAN_MARKER], capture_output=True, text=True).stdout
+    survivors = subprocess.run(["pgrep", "-af", ORPHAN_MARKER], capture_output=True, text=True).stdout
     assert not survivors.strip(), f"the orphan survived: {survivors}"
 
 
