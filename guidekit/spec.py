@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ast
 import os
+import random
 import re
 import shlex
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +90,25 @@ def parse_spec(path: Path, root: Path = ROOT) -> Spec:
         excerpts.append((name, re.compile(regex.strip())))
     rules = OutputRules(tuple(map(re.compile, repeated["output-varies"])), tuple(excerpts))
     return Spec(rel, launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)), rules)
+
+
+# Ports for MASTER_PORT lie below Linux's ephemeral range (32768-60999), where no bind(0) or connect() of a
+# concurrent snippet can take one between our check and the launcher's bind; each pytest-xdist worker has a block.
+PORT_BLOCK, FIRST_PORT = 1000, 20000
+BLOCKS = (32768 - FIRST_PORT) // PORT_BLOCK
+
+
+def free_port() -> int:
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = FIRST_PORT + worker % BLOCKS * PORT_BLOCK
+    for port in random.sample(range(first, first + PORT_BLOCK), PORT_BLOCK):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORT_BLOCK - 1}")
 
 
 def launch_command(spec: Spec, port: int) -> list[str]:

@@ -15,9 +15,7 @@ import functools
 import glob
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,32 +25,13 @@ from pathlib import Path
 import pytest
 
 from guidekit import outputs
-from guidekit.spec import Spec, is_snippet, launch_command, launch_env, parse_spec
+from guidekit.spec import Spec, free_port, is_snippet, launch_command, launch_env, parse_spec
 
 OUTPUT_TAIL_LINES = 150
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
 LEFTOVER_GRACE_S = 10  # after a clean exit: time for helper processes to notice and exit on their own
 RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
 DURATIONS = Path(__file__).resolve().parents[1] / "tests" / "durations.json"  # for the run order (make durations)
-
-
-# Ports for MASTER_PORT lie below Linux's ephemeral range (32768-60999), where no bind(0) or connect() of a
-# concurrent snippet can take one between our check and the launcher's bind; each pytest-xdist worker has a block.
-PORT_BLOCK, FIRST_PORT = 1000, 20000
-BLOCKS = (32768 - FIRST_PORT) // PORT_BLOCK
-
-
-def free_port() -> int:
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    first = FIRST_PORT + worker % BLOCKS * PORT_BLOCK
-    for port in random.sample(range(first, first + PORT_BLOCK), PORT_BLOCK):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:  # in use
-                continue
-            return port
-    raise RuntimeError(f"no free port in {first}-{first + PORT_BLOCK - 1}")
 
 
 def snippet_env(port: int, tag: str, scratch: str) -> dict[str, str]:

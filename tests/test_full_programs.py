@@ -2,7 +2,6 @@
 
 import html
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from guidekit import ROOT
 from guidekit.pages import LANGS, built_path, page_files, page_includes, page_programs, served_path, url_path
 from guidekit.sections import parse_target, target_text
-from guidekit.spec import is_snippet, launch_command, launch_env, parse_spec, sibling_files
+from guidekit.spec import free_port, is_snippet, launch_command, launch_env, parse_spec, sibling_files
 
 PAGES = [(lang, name) for lang in LANGS for name in sorted(page_files(lang))]
 CODE_BLOCK = re.compile(r'<span class="filename">(?P<title>[^<]*)</span><pre>.*?<code>(?P<code>.*?)</code></pre>', re.S)
@@ -70,12 +69,6 @@ RUN_IN_BROWSER = [
     ("ko", "security.md", "snippets/security/weights_only.py"),
     ("en", "parallelism.md", "snippets/parallelism/tensor_parallel.py"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch(spec, cwd: Path) -> subprocess.CompletedProcess:

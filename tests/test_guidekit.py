@@ -18,7 +18,7 @@ from guidekit.sections import (
     section_names,
     shown_text,
 )
-from guidekit.spec import launch_command, launch_env, parse_spec, sibling_files
+from guidekit.spec import free_port, launch_command, launch_env, parse_spec, sibling_files
 
 PROGRAM = textwrap.dedent(
     """\
@@ -291,3 +291,10 @@ def test_sibling_files_are_found():
         "snippets/launch/env_vars.py": "runs",  # started by path, not imported
     }
     assert sibling_files(ROOT / "snippets/ddp/train_torchrun.py") == {}
+
+
+@pytest.mark.parametrize("worker", ["gw0", "gw5"])
+def test_free_ports_lie_in_the_workers_block_below_the_ephemeral_range(monkeypatch, worker):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    first = 20000 + int(worker.removeprefix("gw")) * 1000
+    assert first <= free_port() < first + 1000 < 32768
