@@ -32,7 +32,7 @@ build: $(BIN)/.installed
 snippets: $(BIN)/.installed  ## only the runnable examples (what a GPU box owner runs)
 	$(BIN)/python -m pytest snippets
 
-outputs: $(BIN)/.installed  ## run every snippet and record what it printed (snippets/outputs/), for the pages
+outputs: $(BIN)/.installed  ## run every snippet and record what it printed (recordings/), for the pages
 	$(BIN)/python -m pytest snippets -n 3 --record-output
 
 soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version

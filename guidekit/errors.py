@@ -7,7 +7,7 @@ An entry is a level-2 heading that quotes the message, followed by a comment lin
 
 The first word says where the quoted text comes from:
 
-- ``recorded``: the snippet prints it; ``text`` (or ``check``) is in its recording, snippets/outputs/cpu/<path>.txt;
+- ``recorded``: the snippet prints it; ``text`` (or ``check``) is in its recording, recordings/cpu/<path>.txt;
 - ``asserted``: the snippet provokes the error and asserts on its message; ``text`` (or ``check``) is in its source;
 - ``quoted``: not reproduced here (NCCL, a second host, a rare race); ``source`` names where the text comes from.
 

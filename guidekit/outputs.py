@@ -1,8 +1,8 @@
 r"""Recorded outputs: what each snippet printed on its last recorded run, and where and with what it ran.
 
-``make outputs`` runs every snippet and writes its standard output to ``snippets/outputs/<platform>/<path>.txt``
+``make outputs`` runs every snippet and writes its standard output to ``recordings/<platform>/<path>.txt``
 (platform ``cpu`` or ``cuda``: the kind of machine it ran on) and one line per snippet to
-``snippets/outputs/manifest.json``. Pages include recordings the way they include code; every later run compares
+``recordings/manifest.json``. Pages include recordings the way they include code; every later run compares
 what the snippet prints with its recording, after the normalisation the snippet declares (guidekit/spec.py):
 
     # output-varies: port (\\d+)               (a regex; each group, or the whole match, may differ between runs)
@@ -11,7 +11,7 @@ what the snippet prints with its recording, after the normalisation the snippet 
 Everything else must match exactly, in the order printed. Ranks that print at the same moment have no stable
 order, and under torchrun (`python -u`) their lines can even mix mid-line: a program prints from one rank, or
 in rank order. An excerpt becomes a named section of the recording, so a page can include
-``snippets/outputs/cpu/x/y.txt:timeout``.
+``recordings/cpu/x/y.txt:timeout``.
 
 Recordings are made with the newest torch CI tests. An older torch may print other text (torch 2.10's gloo writes
 "[Gloo] Rank 0 is connected to 1 peer ranks" from every rank at once, mixed into the program's lines), so the run
@@ -29,8 +29,8 @@ from pathlib import Path
 from guidekit import ROOT
 from guidekit.sections import SECTION_MARKER, marker
 
-OUTPUTS = Path("snippets") / "outputs"  # relative to the repository root
-MULTINODE = Path("tests") / "multinode" / "recorded"  # what the multi-host tests' programs printed (root only)
+OUTPUTS = Path("recordings")  # relative to the repository root: everything a page shows as output
+MULTINODE = OUTPUTS / "multinode"  # what the multi-host tests' programs printed (root only)
 MANIFEST = "manifest.json"
 PLATFORMS = ("cpu", "cuda")
 VARIES = "…"
@@ -45,7 +45,7 @@ class OutputRules:
 
 
 def recording_path(snippet: str, platform: str, root: Path = ROOT) -> Path:
-    """snippets/x/y.py -> <root>/snippets/outputs/<platform>/x/y.txt"""
+    """snippets/x/y.py -> <root>/recordings/<platform>/x/y.txt"""
     inner = Path(snippet).relative_to("snippets").with_suffix(".txt")
     return root / OUTPUTS / platform / inner
 

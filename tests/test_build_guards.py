@@ -29,7 +29,7 @@ def test_a_broken_page_fails_the_build(build_site, tmp_path, lang, planted, repo
     """A scratch copy of the site with one planted fault (an include aborts the build, so one fault a build). The
     include goes into the Korean page, built first: the build stops there, not after the whole Korean site."""
     repo = tmp_path / "repo"
-    for name in ("docs", "snippets", "theme", "notebooks", "tests/multinode/recorded"):  # what the pages take in
+    for name in ("docs", "snippets", "theme", "notebooks", "recordings"):  # what the pages take in
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
     shutil.copytree(ROOT / "snippets/benchmark/results", repo / "snippets/benchmark/results")
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")

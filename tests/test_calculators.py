@@ -107,7 +107,7 @@ def values(page, key: str):
 
 def fsdp2_counts() -> dict:
     """What fsdp2.py printed, as recorded; the program asserts params * world == full and adam == 2 * params."""
-    text = (ROOT / "snippets/outputs/cpu/parallelism/fsdp2.txt").read_text(encoding="utf-8")
+    text = (ROOT / "recordings/cpu/parallelism/fsdp2.txt").read_text(encoding="utf-8")
     m = re.search(r"parameters: (\d+) in all, (\d+) on each of (\d+) ranks; Adam state: (\d+) per rank", text)
     assert m, "the recorded output of fsdp2.py changed its wording"
     full, params, world, adam = map(int, m.groups())

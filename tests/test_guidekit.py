@@ -260,7 +260,7 @@ def test_bad_output_declarations_are_errors(tmp_path, header, error):
 
 def test_recordings_live_under_their_platform(tmp_path):
     path = outputs.recording_path("snippets/ddp/train.py", "cpu", tmp_path)
-    assert path == tmp_path / "snippets/outputs/cpu/ddp/train.txt"
+    assert path == tmp_path / "recordings/cpu/ddp/train.txt"
     assert outputs.snippet_of(path, tmp_path) == "snippets/ddp/train.py"
 
 
@@ -270,7 +270,7 @@ def test_the_manifest_merges_one_line_per_snippet(tmp_path):
     outputs.write_manifest({"cpu": {"snippets/a.py": {**entry, "ranks": 1}}}, tmp_path)
     manifest = outputs.read_manifest(tmp_path)
     assert list(manifest["cpu"]) == ["snippets/a.py", "snippets/b.py"] and manifest["cuda"] == {}
-    text = (tmp_path / "snippets/outputs/manifest.json").read_text()
+    text = (tmp_path / "recordings/manifest.json").read_text()
     assert sum('"snippets/' in line for line in text.splitlines()) == 2
 
 

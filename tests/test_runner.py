@@ -150,7 +150,7 @@ def test_what_a_snippet_leaves_in_the_temp_folder_goes_with_it(planted, outcomes
 
 def test_printing_something_else_than_the_recording_fails_with_a_diff(outcomes):
     outcome, text = outcomes["prints_changed"]
-    assert outcome == "failed" and "printed something else than snippets/outputs/cpu/planted/prints_changed.txt" in text
+    assert outcome == "failed" and "printed something else than recordings/cpu/planted/prints_changed.txt" in text
     assert "-loss 0.25 after 3 steps" in text and "+loss 0.25 after 4 steps" in text
 
 

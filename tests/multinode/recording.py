@@ -1,6 +1,6 @@
-"""What the multi-node tests' programs printed, as the pages show it: tests/multinode/recorded/<name>.txt.
+"""What the multi-node tests' programs printed, as the pages show it: recordings/multinode/<name>.txt.
 
-A page includes a recording (`--8<-- "tests/multinode/recorded/<name>.txt"`); the test that made it compares
+A page includes a recording (`--8<-- "recordings/multinode/<name>.txt"`); the test that made it compares
 every later run with it, the same way the snippet runner compares a snippet's output (guidekit.outputs), so a page
 never shows output its command no longer prints. `RECORD_OUTPUT=1` writes the recordings anew.
 """

@@ -1,0 +1,3 @@
+"""The machinery every pytest run here uses: the snippet runner and the suite's scheduler (both in guidekit/)."""
+
+pytest_plugins = ["guidekit.runner", "guidekit.schedule"]

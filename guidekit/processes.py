@@ -1,0 +1,107 @@
+"""Processes the tests start: found by their tree or by a tag in their environment, stopped without orphans.
+
+torchrun starts each rank in a session of its own, so killing torchrun's process group would orphan the ranks (and
+they would keep the output pipe open); a rank whose launcher died is reparented to init, out of reach of the tree,
+and only the tag in its environment still finds it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
+RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below pid."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def tagged(tag: str) -> dict[int, str]:
+    """pid -> command line of every live process whose environment carries RUN_TAG=tag."""
+    needle = f"{RUN_TAG}={tag}".encode()
+    found = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes().split(b"\0"):
+                cmdline = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                found[int(environ.parent.name)] = cmdline.decode(errors="replace").strip()
+        except (OSError, ValueError):  # gone meanwhile, a zombie, or not ours to read
+            continue
+    return found
+
+
+def kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def kill_tagged(tag: str, grace_s: float) -> list[str]:
+    """Give the run's leftover processes grace_s to exit on their own (multiprocessing's resource tracker exits
+    when its parent has), then SIGKILL the rest; return the command lines of those that had to be killed."""
+    deadline = time.monotonic() + grace_s
+    while (left := tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    kill(left)
+    return sorted(left.values())
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM the launcher's process group (torchrun then stops its ranks), SIGKILL whatever is left below it."""
+    tree = descendants(proc.pid)
+    kill_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    kill(tree | descendants(proc.pid))
+    kill_group(proc.pid)
+    proc.wait()
+
+
+def run_to_end(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run a launcher to its end and return what it printed. Past `timeout` it gets SIGTERM, which torchrun passes
+    on to its ranks, then SIGKILL; the returned process has returncode None and `timed_out` set."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+        done.timed_out = False
+        return done
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        done = subprocess.CompletedProcess(cmd, None, stdout, stderr)
+        done.timed_out = True
+        return done

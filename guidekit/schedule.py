@@ -1,0 +1,98 @@
+"""How `pytest -n` spreads the whole suite over its workers: snippets side by side on CPUs, one at a time where they
+share GPUs, a test module on one worker, and the longest scopes first, by the seconds `make durations` recorded.
+
+A pytest plugin, registered for every run from the root conftest.py, so `pytest -n 3 tests` schedules as
+`make test` does.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import pytest
+
+from guidekit import ROOT
+from guidekit.machine import cuda_devices, platform
+
+DURATIONS = ROOT / "tests" / "durations.json"  # seconds per scope of the last `make durations` run
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write how long each scope took to tests/{DURATIONS.name}; `pytest -n` starts the longest first",
+    )
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of scheduling: a snippet on CPUs, all snippets together where they share GPUs, else a test module."""
+    path = nodeid.split("::")[0]
+    if path.startswith("snippets/"):
+        return "gpus" if cuda_devices() else nodeid
+    return path
+
+
+def recorded_seconds() -> dict[str, float]:
+    """Seconds each scope took in the run recorded in DURATIONS; none if there is no record."""
+    try:
+        return json.loads(DURATIONS.read_text(encoding="utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def expected_seconds() -> dict[str, float]:
+    """recorded_seconds(), where a scope without a record gets the median."""
+    seconds = recorded_seconds()
+    typical = sorted(seconds.values())[len(seconds) // 2] if seconds else 0.0
+    return collections.defaultdict(lambda: typical, seconds)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerPerResource(LoadScopeScheduling):
+        """A scope stays on one worker, so module and session fixtures (the site build, the planted runs) are set up
+        once per worker; the longest scopes start first (LPT), so no long one is left to run alone at the end."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "ordered", False):  # the first assignment: the queue is complete
+                seconds = expected_seconds()
+                self.workqueue = collections.OrderedDict(
+                    sorted(self.workqueue.items(), key=lambda unit: -seconds[unit[0]])
+                )
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return OneWorkerPerResource(config, log)
+
+
+scope_seconds: collections.Counter[str] = collections.Counter()  # on the controlling process
+
+
+def pytest_runtest_logreport(report):
+    scope_seconds[scope_of(report.nodeid)] += report.duration  # setup, call and teardown
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("--record-durations") and not hasattr(session.config, "workerinput"):
+        write_durations(session.config)
+
+
+def write_durations(config) -> None:
+    """Merge this run's seconds per scope into DURATIONS: scopes this run left out keep their old figure."""
+    seconds = recorded_seconds()
+    seconds.update({scope: round(s, 1) for scope, s in scope_seconds.items()})
+    about = (
+        "Seconds per scheduling scope (a snippet, or a test module) in a `make durations` run: pytest -n starts "
+        f"the longest first (guidekit/schedule.py). Recorded with {config.getoption('numprocesses', 0) or 0} workers "
+        f"on {os.cpu_count()} CPU cores, platform {platform()}."
+    )
+    text = json.dumps({"about": about, "seconds": dict(sorted(seconds.items()))}, indent=1, ensure_ascii=False)
+    DURATIONS.write_text(text + "\n", encoding="utf-8")
