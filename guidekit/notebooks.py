@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from guidekit import ROOT
 from guidekit.pages import DEFAULT_LANG, LANGS, headings, mkdocs_setting, page_programs, pages, url_path
 from guidekit.spec import is_snippet, parse_spec, sibling_files
+from guidekit.text import text
 
 FOLDER = "notebooks"
 COLAB = "https://colab.research.google.com/github/{repo}/blob/main/{path}"
@@ -44,23 +45,14 @@ INTRO = """\
 
 *Generated from the repository by `{command}` (`guidekit/notebooks.py`): edit the snippets, not this notebook.*
 """
-INTRO_TEXT = {
-    "en": (
-        "The programs of the chapter [{title}]({url}), each byte for byte the file the guide's tests run. Run the "
-        "cells in order: each program is written to `snippets/...` under the notebook's working directory, then "
-        "launched with the command the page gives. Without GPUs they run on the CPU, with gloo."
-    ),
-    "ko": (
-        "[{title}]({url}) 장의 프로그램입니다. 각 파일은 가이드의 테스트가 실행하는 파일과 바이트 단위까지 같습니다. "
-        "셀을 순서대로 실행하면 프로그램을 노트북의 작업 폴더 아래 `snippets/...`에 쓰고, 페이지에 적힌 명령 그대로 "
-        "실행합니다. GPU가 없으면 CPU에서 gloo로 실행합니다."
-    ),
-}
-PIP = """\
-# Optional / 선택: torch is preinstalled on Colab. Elsewhere, uncomment the line below (the CPU build is enough).
-# Colab에는 torch가 이미 설치돼 있습니다. 다른 환경에서는 아래 줄의 주석을 풀어 설치하세요(CPU 빌드면 충분합니다).
-# !pip install torch
-"""
+
+
+def _pip() -> str:
+    """The optional install cell, in both languages (the text catalogue's ``chapter_notebook``)."""
+    en, ko = (text(lang)["chapter_notebook"] for lang in ("en", "ko"))
+    return f"# {en['optional']} / {ko['optional']}: {en['pip']}\n# {ko['pip']}\n# !pip install torch\n"
+
+
 SETUP = """\
 import os
 import sys
@@ -68,11 +60,6 @@ import sys
 # `!python` and `!torchrun` below: this kernel's own Python environment comes first on PATH
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
 {makedirs}"""
-GPU_NOTE = """
-**Needs {gpus} CUDA GPU(s): not run here.** On a machine or Colab runtime with enough GPUs, run `!{command}`.
-
-**CUDA GPU {gpus}개가 필요해 여기서는 실행하지 않습니다.** GPU가 충분한 머신이나 Colab 런타임에서 `!{command}`로 실행하세요.
-"""
 HELPER_NOTE = "A helper module the programs of this chapter import from their folder."
 
 
@@ -155,7 +142,8 @@ def build(name: str, root: Path = ROOT) -> str:
     """The notebook of page `name`, as the JSON text to commit."""
     site = mkdocs_setting("site_url", root).rstrip("/") + "/"
     titles = {lang: _title(lang, name, root) for lang in LANGS}
-    texts = {lang: INTRO_TEXT[lang].format(title=titles[lang], url=site + url_path(lang, name)) for lang in INTRO_TEXT}
+    words = {lang: text(lang)["chapter_notebook"] for lang in ("en", "ko")}
+    texts = {lang: words[lang]["intro"].format(title=titles[lang], url=site + url_path(lang, name)) for lang in words}
     title = titles["en"] if titles["en"] == titles["ko"] else f"{titles['en']} · {titles['ko']}"
     programs = [p for p in page_programs(DEFAULT_LANG, name, root / "docs") if p.endswith(".py")]
     needed = {p: sibling_files(root / p, root) for p in programs}
@@ -164,7 +152,7 @@ def build(name: str, root: Path = ROOT) -> str:
     makedirs = "".join(f'os.makedirs("{folder}", exist_ok=True)\n' for folder in folders)
     cells = [
         _markdown(INTRO.format(title=title, command=WRITE_COMMAND, **texts)),
-        _code(PIP.rstrip("\n")),
+        _code(_pip().rstrip("\n")),
         _code(SETUP.format(makedirs=makedirs).rstrip("\n")),
     ]
     written: set[str] = set()
@@ -176,7 +164,8 @@ def build(name: str, root: Path = ROOT) -> str:
         if spec is None:
             header += f"\n\n{HELPER_NOTE}"
         elif spec.gpus:
-            header += "\n" + GPU_NOTE.format(gpus=spec.gpus, command=spec.command)
+            notes = [words[lang]["gpu_note"].format(gpus=spec.gpus, command=spec.command) for lang in words]
+            header += "\n\n" + "\n\n".join(notes) + "\n"
         cells.append(_markdown(header))
         for file in [*needed[path], path]:
             if file not in written:

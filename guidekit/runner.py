@@ -30,23 +30,43 @@ OUTPUT_TAIL_LINES = 150
 LEFTOVER_GRACE_S = 10  # after a clean exit: time for helper processes to notice and exit on their own
 
 
-def snippet_env(port: int, tag: str, scratch: str) -> dict[str, str]:
+PROBE = Path(__file__).with_name("probe")  # its sitecustomize.py reports what each process really used
+
+
+def snippet_env(port: int, tag: str, scratch: str, reports: str) -> dict[str, str]:
     # TMPDIR: what the program leaves in the temp folder (torchrun's logs, a snapshot) goes with it
-    return {**launch_env(port), RUN_TAG: tag, "TMPDIR": scratch}
+    env = {**launch_env(port), RUN_TAG: tag, "TMPDIR": scratch, "GUIDE_RANK_REPORTS": reports}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE), env.get("PYTHONPATH")]))
+    return env
 
 
-def manifest_entry(spec: Spec, outcome: str, reason: str = "") -> dict:
-    """What the manifest says of one snippet on this machine: how it ran, or why it could not."""
+def read_reports(folder: Path) -> list[dict]:
+    """What each process that joined a process group reported (guidekit/probe/sitecustomize.py)."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+
+
+def used(reports: list[dict]) -> dict:
+    """Backend, device and ranks of a run, from its processes' own reports; a program that made no process group
+    ran one process on the CPU, or on one GPU where it asked for CUDA."""
+    if not reports:
+        return {"backend": "none", "device": "CPU", "ranks": 1}
+    world = max(r["world_size"] for r in reports)
+    return {
+        "backend": ",".join(sorted({r["backend"] for r in reports})),
+        "device": ",".join(sorted({r["device"] for r in reports})),
+        "ranks": world,
+    }
+
+
+def manifest_entry(outcome: str, reason: str = "", reports: list[dict] | None = None) -> dict:
+    """What the manifest says of one snippet on this machine: what it used, or why it could not run."""
     import torch
 
     entry = {"outcome": outcome, "torch": torch.__version__.split("+")[0]}
     if reason:
         entry["reason"] = reason
     else:
-        gpu = platform() == "cuda" and (spec.gpus or cuda_devices() >= spec.world_size)
-        entry["backend"] = "nccl" if gpu else "gloo"
-        entry["device"] = torch.cuda.get_device_name(0) if gpu else "CPU"
-        entry["ranks"] = spec.world_size
+        entry.update(used(reports or []))
     return {**entry, "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
 
 
@@ -83,7 +103,7 @@ class SnippetItem(pytest.Item):
                 reason = f"needs {spec.gpus} CUDA GPU(s), this machine has {found}"
                 self.add_marker(pytest.mark.skip(reason=reason))
                 if self.config.getoption("--record-output"):  # the manifest says what could not run here, and why
-                    entry = {"snippet": spec.path, "platform": platform(), **manifest_entry(spec, "skipped", reason)}
+                    entry = {"snippet": spec.path, "platform": platform(), **manifest_entry("skipped", reason)}
                     self.user_properties.append(("manifest", json.dumps(entry)))
 
     def runtest(self) -> None:
@@ -93,11 +113,12 @@ class SnippetItem(pytest.Item):
             tempfile.TemporaryFile("w+") as out,
             tempfile.TemporaryFile("w+") as err,
             tempfile.TemporaryDirectory(prefix="snippet-") as scratch,
+            tempfile.TemporaryDirectory(prefix="snippet-ranks-") as reports,
         ):
             proc = subprocess.Popen(
                 launch_command(self.spec, port),
                 cwd=self.config.rootpath,
-                env=snippet_env(port, tag, scratch),
+                env=snippet_env(port, tag, scratch, str(reports)),
                 stdout=out,
                 stderr=err,
                 text=True,
@@ -114,6 +135,7 @@ class SnippetItem(pytest.Item):
                 left = kill_tagged(tag, grace_s=0 if timed_out else LEFTOVER_GRACE_S)
             out.seek(0), err.seek(0)
             stdout, stderr = out.read(), err.read()
+            self.reports = read_reports(Path(reports))
         self.add_report_section("call", "stdout", stdout)
         self.add_report_section("call", "stderr", stderr)
         output = f"{stdout}\n--- stderr ---\n{stderr}" if stderr else stdout
@@ -133,7 +155,11 @@ class SnippetItem(pytest.Item):
         if self.config.getoption("--record-output"):
             recording.parent.mkdir(parents=True, exist_ok=True)
             recording.write_text(outputs.recording_text(stdout, self.spec.output), encoding="utf-8")
-            entry = {"snippet": self.spec.path, "platform": platform(), **manifest_entry(self.spec, "passed")}
+            entry = {
+                "snippet": self.spec.path,
+                "platform": platform(),
+                **manifest_entry("passed", reports=self.reports),
+            }
             self.user_properties.append(("manifest", json.dumps(entry)))
             return
         if not recording.is_file():

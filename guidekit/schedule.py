@@ -10,20 +10,20 @@ from __future__ import annotations
 import collections
 import json
 import os
+from pathlib import Path
 
 import pytest
 
-from guidekit import ROOT
 from guidekit.machine import cuda_devices, platform
 
-DURATIONS = ROOT / "tests" / "durations.json"  # seconds per scope of the last `make durations` run
+DURATIONS = "tests/durations.json"  # under the run's root: seconds per scope of the last `make durations` run
 
 
 def pytest_addoption(parser):
     parser.addoption(
         "--record-durations",
         action="store_true",
-        help=f"write how long each scope took to tests/{DURATIONS.name}; `pytest -n` starts the longest first",
+        help=f"write how long each scope took to {DURATIONS}; `pytest -n` starts the longest first",
     )
 
 
@@ -35,17 +35,17 @@ def scope_of(nodeid: str) -> str:
     return path
 
 
-def recorded_seconds() -> dict[str, float]:
-    """Seconds each scope took in the run recorded in DURATIONS; none if there is no record."""
+def recorded_seconds(root: Path) -> dict[str, float]:
+    """Seconds each scope took in the run recorded in root/DURATIONS; none if there is no record."""
     try:
-        return json.loads(DURATIONS.read_text(encoding="utf-8"))["seconds"]
+        return json.loads((root / DURATIONS).read_text(encoding="utf-8"))["seconds"]
     except (OSError, ValueError, KeyError):
         return {}
 
 
-def expected_seconds() -> dict[str, float]:
+def expected_seconds(root: Path) -> dict[str, float]:
     """recorded_seconds(), where a scope without a record gets the median."""
-    seconds = recorded_seconds()
+    seconds = recorded_seconds(root)
     typical = sorted(seconds.values())[len(seconds) // 2] if seconds else 0.0
     return collections.defaultdict(lambda: typical, seconds)
 
@@ -63,7 +63,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _assign_work_unit(self, node) -> None:
             if not getattr(self, "ordered", False):  # the first assignment: the queue is complete
-                seconds = expected_seconds()
+                seconds = expected_seconds(config.rootpath)
                 self.workqueue = collections.OrderedDict(
                     sorted(self.workqueue.items(), key=lambda unit: -seconds[unit[0]])
                 )
@@ -87,7 +87,7 @@ def pytest_sessionfinish(session):
 
 def write_durations(config) -> None:
     """Merge this run's seconds per scope into DURATIONS: scopes this run left out keep their old figure."""
-    seconds = recorded_seconds()
+    seconds = recorded_seconds(config.rootpath)
     seconds.update({scope: round(s, 1) for scope, s in scope_seconds.items()})
     about = (
         "Seconds per scheduling scope (a snippet, or a test module) in a `make durations` run: pytest -n starts "
@@ -95,4 +95,4 @@ def write_durations(config) -> None:
         f"on {os.cpu_count()} CPU cores, platform {platform()}."
     )
     text = json.dumps({"about": about, "seconds": dict(sorted(seconds.items()))}, indent=1, ensure_ascii=False)
-    DURATIONS.write_text(text + "\n", encoding="utf-8")
+    (config.rootpath / DURATIONS).write_text(text + "\n", encoding="utf-8")

@@ -1,23 +1,17 @@
-"""The snippet runner itself: planted faults must give the right outcome, as a reader's pytest run reports it."""
+"""The snippet runner (guidekit.runner) and the suite's scheduler (guidekit.schedule), run by pytest's own `pytester`
+on a scratch repository of planted programs: each outcome as a reader's pytest run reports it."""
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
 import uuid
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from guidekit import ROOT
-
-# In the command line of a rank that outlives its timeout, of a process a snippet leaves behind. Unique to this
-# process: where pytest-xdist spreads this module's tests over workers (`pytest -n 3 tests`: the scope scheduler
-# lives in snippets/conftest.py), each worker makes its own planted runs, whose processes this one must not see.
+# In the command line of a rank that outlives its timeout, of a process a snippet leaves behind; unique to this
+# process, so that planted runs of other pytest-xdist workers are not seen.
 RUN_ID = uuid.uuid4().hex[:8]
 HANG_MARKER = f"planted-hang-{RUN_ID}"
 ORPHAN_MARKER = f"planted-orphan-{RUN_ID}"
@@ -35,6 +29,14 @@ PLANTED = {
         assert os.environ["WORLD_SIZE"] == "2" and os.environ["LOCAL_RANK"] in ("0", "1")
         if os.environ["RANK"] == "0":
             print("2 ranks ready")
+        """
+    ),
+    # Joins a one-rank gloo group: the manifest records what the program used, from its own report.
+    "one_rank_group.py": textwrap.dedent(
+        """\
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        dist.destroy_process_group()
         """
     ),
     # Print what their recordings say, once changed, once with no recording at all.
@@ -82,166 +84,171 @@ RECORDED = {  # what `make outputs` would have written for the planted snippets 
     "prints_changed.txt": "loss 0.25 after 3 steps\n",
     "uses_temp.txt": "wrote a temp file\n",
 }
+INI = "[pytest]\nmarkers =\n    snippet\n    gpu(n)\n    world_size(n)\n"
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    """A scratch repository holding the real runner and one planted snippet per outcome."""
-    repo = tmp_path_factory.mktemp("planted_repo")
-    snippets = repo / "snippets"
-    (snippets / "planted").mkdir(parents=True)
-    shutil.copy(ROOT / "snippets" / "conftest.py", snippets / "conftest.py")
+@pytest.fixture
+def repo(pytester, monkeypatch):
+    """A scratch repository: the planted programs, their recordings, GPUs hidden (the outcomes hold on any machine)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    pytester.makeini(INI)
     for name, source in PLANTED.items():
-        (snippets / "planted" / name).write_text(source)
-    recorded = snippets / "outputs" / "cpu" / "planted"
+        path = pytester.path / "snippets" / "planted" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    recorded = pytester.path / "recordings" / "cpu" / "planted"
     recorded.mkdir(parents=True)
     for name, text in RECORDED.items():
         (recorded / name).write_text(text)
-    (repo / "pytest.ini").write_text(
-        f"[pytest]\npythonpath = {ROOT}\nmarkers =\n    snippet\n    gpu(n)\n    world_size(n)\n"
-    )
-    return repo
+    return pytester
 
 
-def run_pytest(repo, *args, timeout=600):
-    """pytest on the planted repository with this interpreter, GPUs hidden: the outcomes hold on any machine."""
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=repo,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+def run(repo, *args, timeout=300):
+    """pytest in the scratch repository, in a process of its own, with the runner and scheduler plugins."""
+    return repo.runpytest_subprocess(
+        "-p", "guidekit.runner", "-p", "guidekit.schedule", "-rs", "--no-header", *args, timeout=timeout
     )
 
 
-@pytest.fixture(scope="module")
-def outcomes(planted):
-    """name -> (outcome, message + captured text) from one run over every planted snippet."""
-    run = run_pytest(planted, "snippets", "-rs", "--junitxml=report.xml")
-    assert run.returncode == 1, run.stdout  # some planted snippets must fail
-    found = {}
-    for case in ET.parse(planted / "report.xml").iter("testcase"):
-        outcome, text = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                text = (child.get("message") or "") + (child.text or "")
-        found[case.get("name")] = (outcome, text)
-    return found
+def planted(name: str) -> str:
+    return f"snippets/planted/{name}.py"
 
 
-def test_each_snippet_is_its_own_test(outcomes):
-    assert set(outcomes) == {name.removesuffix(".py") for name in PLANTED}
+def test_each_snippet_is_its_own_test(repo):
+    result = run(repo, "snippets", "--collect-only", "-q")
+    names = sorted(name.removesuffix(".py") for name in PLANTED)
+    result.stdout.fnmatch_lines([f"{planted(name)}::{name}" for name in names])
 
 
-@pytest.mark.parametrize("name", ["passes", "two_ranks", "prints", "uses_temp"])
-def test_passing_programs_pass(outcomes, name):
-    outcome, text = outcomes[name]
-    assert outcome == "passed", text
+@pytest.mark.parametrize("name", ["passes", "two_ranks", "prints"])
+def test_passing_programs_pass(repo, name):
+    run(repo, planted(name)).assert_outcomes(passed=1)
 
 
-def test_what_a_snippet_leaves_in_the_temp_folder_goes_with_it(planted, outcomes):
+def test_what_a_snippet_leaves_in_the_temp_folder_goes_with_it(repo):
     """torchrun's logs, a snapshot: each run gets a temp folder of its own, removed after it."""
-    used = Path((planted / "temp-used.txt").read_text())
+    run(repo, planted("uses_temp")).assert_outcomes(passed=1)
+    used = Path((repo.path / "temp-used.txt").read_text())
     assert used.parent != Path(tempfile.gettempdir()) and used.parent.name.startswith("snippet-"), used
     assert not used.exists() and not used.parent.exists(), f"{used} is still there"
 
 
-def test_printing_something_else_than_the_recording_fails_with_a_diff(outcomes):
-    outcome, text = outcomes["prints_changed"]
-    assert outcome == "failed" and "printed something else than recordings/cpu/planted/prints_changed.txt" in text
-    assert "-loss 0.25 after 3 steps" in text and "+loss 0.25 after 4 steps" in text
-
-
-def test_a_snippet_without_a_recording_fails(outcomes):
-    outcome, text = outcomes["unrecorded"]
-    assert outcome == "failed" and "no recording of its output" in text and "make outputs" in text
-
-
-def test_a_recording_run_writes_recordings_and_the_manifest(planted, tmp_path):
-    repo = tmp_path / "repo"
-    shutil.copytree(planted, repo)
-    shutil.rmtree(repo / "snippets" / "outputs")
-    run = run_pytest(
-        repo, "snippets/planted/prints_changed.py", "snippets/planted/needs_two_gpus.py", "--record-output"
+def test_printing_something_else_than_the_recording_fails_with_a_diff(repo):
+    result = run(repo, planted("prints_changed"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*printed something else than recordings/cpu/planted/prints_changed.txt*",
+            "-loss 0.25 after 3 steps",
+            "+loss 0.25 after 4 steps",
+        ]
     )
-    assert run.returncode == 0, run.stdout
-    outputs_dir = repo / "snippets" / "outputs"
-    assert (outputs_dir / "cpu" / "planted" / "prints_changed.txt").read_text() == "loss 0.25 after 4 steps\n"
-    manifest = json.loads((outputs_dir / "manifest.json").read_text())["cpu"]
-    assert manifest["snippets/planted/prints_changed.py"]["outcome"] == "passed"
-    assert manifest["snippets/planted/prints_changed.py"]["backend"] == "gloo"
-    assert manifest["snippets/planted/needs_two_gpus.py"]["reason"] == "needs 2 CUDA GPU(s), this machine has 0"
-    assert (outputs_dir / "cpu" / "_pytest_header.txt").read_text().startswith("torch ")
 
 
-def test_a_failing_snippet_fails_and_shows_its_output(outcomes):
-    outcome, text = outcomes["fails"]
-    assert outcome == "failed"
-    assert "planted wrong result" in text and "before the failure" in text
+def test_a_snippet_without_a_recording_fails(repo):
+    result = run(repo, planted("unrecorded"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no recording of its output*make outputs*"])
 
 
-def test_a_syntax_error_fails(outcomes):
-    outcome, text = outcomes["syntax_error"]
-    assert outcome == "failed" and "SyntaxError" in text
+def test_a_recording_run_writes_recordings_and_the_manifest(repo):
+    given = [planted(name) for name in ("prints_changed", "needs_two_gpus", "one_rank_group")]
+    result = run(repo, *given, "--record-output")
+    result.assert_outcomes(passed=2, skipped=1)
+    recordings = repo.path / "recordings"
+    assert (recordings / "cpu" / "planted" / "prints_changed.txt").read_text() == "loss 0.25 after 4 steps\n"
+    manifest = json.loads((recordings / "manifest.json").read_text())["cpu"]
+    assert manifest[planted("prints_changed")]["outcome"] == "passed"
+    # what the programs reported: no process group at all, and a one-rank gloo group
+    assert {k: manifest[planted("prints_changed")][k] for k in ("backend", "device", "ranks")} == {
+        "backend": "none",
+        "device": "CPU",
+        "ranks": 1,
+    }
+    assert {k: manifest[planted("one_rank_group")][k] for k in ("backend", "device", "ranks")} == {
+        "backend": "gloo",
+        "device": "CPU",
+        "ranks": 1,
+    }
+    assert manifest[planted("needs_two_gpus")]["reason"] == "needs 2 CUDA GPU(s), this machine has 0"
+    assert (recordings / "cpu" / "_pytest_header.txt").read_text().startswith("torch ")
 
 
-def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(outcomes):
-    outcome, text = outcomes["hangs"]
-    assert outcome == "failed" and "timed out after 10 s (all its processes killed)" in text
+def test_a_failing_snippet_fails_and_shows_its_output(repo):
+    result = run(repo, planted("fails"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*exited with code 1*", "before the failure", "*planted wrong result*"])
+
+
+def test_a_syntax_error_fails(repo):
+    result = run(repo, planted("syntax_error"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SyntaxError*"])
+
+
+def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(repo):
+    result = run(repo, planted("hangs"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*timed out after 10 s (all its processes killed)*"])
     survivors = subprocess.run(["pgrep", "-af", HANG_MARKER], capture_output=True, text=True).stdout
     assert not survivors.strip(), f"ranks outlived the timeout: {survivors}"
 
 
-def test_a_snippet_that_leaves_a_process_running_fails_and_the_process_is_killed(outcomes):
-    outcome, text = outcomes["leaves_orphan"]
-    assert outcome == "failed" and "exited 0 but left 1 process(es) running (now killed)" in text
+def test_a_snippet_that_leaves_a_process_running_fails_and_the_process_is_killed(repo):
+    result = run(repo, planted("leaves_orphan"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*exited 0 but left 1 process(es) running (now killed)*"])
     survivors = subprocess.run(["pgrep", "-af", ORPHAN_MARKER], capture_output=True, text=True).stdout
     assert not survivors.strip(), f"the orphan survived: {survivors}"
 
 
-def test_missing_gpus_skip_with_a_visible_reason(outcomes):
-    outcome, text = outcomes["needs_two_gpus"]
-    assert outcome == "skipped" and "needs 2 CUDA GPU(s), this machine has 0" in text
+def test_missing_gpus_skip_with_a_visible_reason(repo):
+    result = run(repo, planted("needs_two_gpus"))
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*needs 2 CUDA GPU(s), this machine has 0"])
 
 
-def test_declared_needs_become_markers(planted):
-    gpu_only = run_pytest(planted, "snippets", "--collect-only", "-q", "-m", "gpu")
-    assert "needs_two_gpus.py::needs_two_gpus" in gpu_only.stdout
-    assert "two_ranks.py" not in gpu_only.stdout
-    multi_rank = run_pytest(planted, "snippets", "--collect-only", "-q", "-m", "world_size")
-    assert "two_ranks.py::two_ranks" in multi_rank.stdout
+def test_declared_needs_become_markers(repo):
+    gpu_only = run(repo, "snippets", "--collect-only", "-q", "-m", "gpu")
+    gpu_only.stdout.fnmatch_lines([f"{planted('needs_two_gpus')}::needs_two_gpus"])
+    gpu_only.stdout.no_fnmatch_line("*two_ranks*")
+    multi_rank = run(repo, "snippets", "--collect-only", "-q", "-m", "world_size")
+    multi_rank.stdout.fnmatch_lines([f"{planted('two_ranks')}::two_ranks"])
 
 
-def test_a_bad_declaration_is_an_error_not_a_pass(planted):
-    bad = planted / "snippets" / "planted_bad"
-    bad.mkdir(exist_ok=True)
-    (bad / "bad_launch.py").write_text("# launch: python elsewhere.py\nassert True\n")
-    try:
-        run = run_pytest(planted, "snippets/planted_bad")
-    finally:
-        shutil.rmtree(bad)
-    assert run.returncode != 0 and "'# launch:' must be" in run.stdout
+def test_a_bad_declaration_is_an_error_not_a_pass(repo):
+    repo.path.joinpath("snippets", "planted_bad").mkdir()
+    repo.path.joinpath("snippets", "planted_bad", "bad_launch.py").write_text(
+        "# launch: python elsewhere.py\nassert True\n"
+    )
+    result = run(repo, "snippets/planted_bad")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*'# launch:' must be*"])
 
 
-def test_an_unchecked_run_says_so(planted):
-    run = run_pytest(planted, "snippets/planted/prints_changed.py", "--no-output-check")
-    assert run.returncode == 0, run.stdout  # its asserts pass; only the printed text changed
-    assert "outputs: not compared with the recordings (--no-output-check)" in run.stdout
+def test_an_unchecked_run_says_so(repo):
+    result = run(repo, planted("prints_changed"), "--no-output-check")
+    result.assert_outcomes(passed=1)  # its asserts pass; only the printed text changed
+    result.stdout.fnmatch_lines(["outputs: not compared with the recordings (--no-output-check)"])
 
 
-def test_the_longest_recorded_scopes_run_first(planted, tmp_path):
+def test_files_outside_snippets_are_not_programs(repo):
+    """The runner is registered for every run; only files under snippets/ are programs."""
+    repo.path.joinpath("tests").mkdir()
+    repo.path.joinpath("tests", "helper.py").write_text("raise SystemExit('a helper module must not run')\n")
+    result = run(repo, "tests", "snippets/planted/passes.py")
+    result.assert_outcomes(passed=1)
+
+
+def test_the_longest_recorded_scopes_run_first(repo):
     """`pytest -n` starts the scopes in the order of their seconds in tests/durations.json, longest first; a scope
     with no record counts as the median (ties keep the collection order). One worker runs them one by one, so its
     report lists them in the order they ran."""
-    repo = tmp_path / "repo"
-    shutil.copytree(planted, repo)
-    (repo / "tests").mkdir()
-    seconds = {f"snippets/planted/{name}.py::{name}": s for name, s in [("prints", 9), ("fails", 2), ("passes", 1)]}
-    (repo / "tests" / "durations.json").write_text(json.dumps({"seconds": seconds}))
-    given = [f"snippets/planted/{name}.py" for name in ("passes", "fails", "syntax_error", "prints")]
-    run = run_pytest(repo, *given, "-n", "1", "--junitxml=order.xml")
-    assert run.returncode == 1, run.stdout  # two of them fail
-    ran = [case.get("name") for case in ET.parse(repo / "order.xml").iter("testcase")]
-    assert ran == ["prints", "fails", "syntax_error", "passes"], ran
+    seconds = {f"{planted(name)}::{name}": s for name, s in [("prints", 9), ("fails", 2), ("passes", 1)]}
+    repo.path.joinpath("tests").mkdir()
+    repo.path.joinpath("tests", "durations.json").write_text(json.dumps({"seconds": seconds}))
+    given = [planted(name) for name in ("passes", "fails", "syntax_error", "prints")]
+    result = run(repo, *given, "-n", "1", "-v")
+    result.assert_outcomes(passed=2, failed=2)
+    ran = [line.split("::")[1].split()[0] for line in result.outlines if line.startswith("[gw0]") and "::" in line]
+    assert ran == ["prints", "fails", "syntax_error", "passes"], result.outlines

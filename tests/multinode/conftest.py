@@ -1,11 +1,13 @@
 """Fixtures for the two-host tests: `bed`, two hosts in network namespaces (see testbed.py), and `cluster`, Slurm on
 a bed (see slurm.py)."""
 
+import functools
 import os
 
 import pytest
 import slurm
 from launching import TORCHRUN, TRAIN_RESUMABLE, run_to_end
+from recording import matches_recording
 from shared import once_per_run
 from testbed import TwoHosts, unavailable
 from weights import load_weights
@@ -17,6 +19,12 @@ def _cannot(reason: str, what: str = "two-host test bed") -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message + " (CI=true: what CI must run is a failure, not a skip)", pytrace=False)
     pytest.skip(message)
+
+
+@pytest.fixture
+def recording(request):
+    """`recording(name, lines, varies=None)`: the lines must equal the recording; with --record-output, they become it."""
+    return functools.partial(matches_recording, record=request.config.getoption("--record-output"))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ two-core machine's run short, `--ntasks-per-node=2` for the one-task-per-GPU scr
 import re
 
 import slurm
-from recording import TRAIN_LINES, matches_recording
+from recording import TRAIN_LINES
 from testbed import TwoHosts, leftovers
 from weights import assert_bit_identical, load_weights
 
@@ -37,7 +37,7 @@ def test_gpu_request_needs_override(cluster):
         assert "sbatch: error: Invalid generic resource (gres) specification" in job.sbatch_output, job
 
 
-def test_srun_script_on_two_nodes(cluster):
+def test_srun_script_on_two_nodes(cluster, recording):
     """torchrun page, #slurm-srun: slurm_srun.sbatch as it is (`srun python env_vars.py`, MASTER_ADDR
     and MASTER_PORT exported by the script) on two nodes, two tasks each: every task computes its rank,
     local rank and local world size from SLURM_* alone, and env_vars.py's own checks pass."""
@@ -52,11 +52,11 @@ def test_srun_script_on_two_nodes(cluster):
     # each task prints its own "ok" line into the job's one output, in no set order (a make test run saw rank 2's
     # first); rank 0's tables come in order: compare those as printed, then the "ok" lines sorted
     ok = re.compile(r"^rank \d+ of \d+ on node \d+: ok$")
-    matches_recording("slurm_srun", [x for x in lines if not ok.match(x)] + sorted(filter(ok.match, lines)))
+    recording("slurm_srun", [x for x in lines if not ok.match(x)] + sorted(filter(ok.match, lines)))
     ran_on_both_nodes(cluster, job)
 
 
-def test_torchrun_script_on_two_nodes(cluster):
+def test_torchrun_script_on_two_nodes(cluster, recording):
     """torchrun page, #slurm-torchrun: slurm_train.sbatch, unchanged, trains train_torchrun.py on two CPU
     nodes when the GPU request is overridden on the command line and NPROC_PER_NODE sets the worker count
     (its default, `gpu`, makes torchrun raise "Cuda is not available." without CUDA): one torchrun per node
@@ -66,7 +66,7 @@ def test_torchrun_script_on_two_nodes(cluster):
     assert job.returncode == 0, f"{job}\n{cluster.logs()}"
     assert "4 ranks on cpu (gloo): replicas identical" in job.output, job.output
     assert len(re.findall(r"^epoch \d: mean loss \d\.\d{4}$", job.output, re.MULTILINE)) == 5, job.output
-    matches_recording("slurm_train", re.findall(TRAIN_LINES, job.output, re.MULTILINE))
+    recording("slurm_train", re.findall(TRAIN_LINES, job.output, re.MULTILINE))
     ran_on_both_nodes(cluster, job)
 
 
@@ -78,7 +78,7 @@ def progress(output: str) -> list[str]:
     return re.findall(r"^(?:job \d+, requeued \d times|attempt \d: .*)$", output, re.MULTILINE)
 
 
-def test_requeued_job_resumes_bit_identical(cluster, tmp_path, uninterrupted):
+def test_requeued_job_resumes_bit_identical(cluster, tmp_path, uninterrupted, recording):
     """fault-tolerance page, #slurm-requeue: slurm_requeue.sbatch, unchanged, on two CPU nodes, one worker each.
     PREEMPT_AT_STEP=3 has rank 0 send the job the same signal `--signal=USR1@300` sends before the time limit
     (`scancel --signal=USR1`, to every job step); each torchrun passes it on to its worker, the workers agree to
@@ -100,7 +100,7 @@ def test_requeued_job_resumes_bit_identical(cluster, tmp_path, uninterrupted):
         "attempt 1: starting at step 4",
     ], job.output
     assert re.fullmatch(FINISHED.replace("N", "1"), lines[5]) and len(lines) == 6, job.output
-    matches_recording("slurm_requeue", lines)
+    recording("slurm_requeue", lines)
     fields = cluster.job_fields(job.job_id)
     assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), fields
 

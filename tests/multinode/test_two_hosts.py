@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from launching import TORCHRUN, error_lines
-from recording import TRAIN_LINES, matches_recording
+from recording import TRAIN_LINES
 from testbed import IFACE, TwoHosts, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_c10d_rendezvous_across_hosts(bed):
 
 
 @pytest.mark.parametrize("bed", [{"own_name_on_loopback": True}], ids=["hostname-on-127.0.1.1"], indirect=True)
-def test_static_rendezvous_and_gloo_interface(bed):
+def test_static_rendezvous_and_gloo_interface(bed, recording):
     """torchrun page, #two-nodes and #network-interface: the static rendezvous (`--master-addr=node1
     --master-port=29500 --node-rank=0/1`) puts node-rank 0 on node1, and DDP's gloo all-reduce works
     across the hosts with `GLOO_SOCKET_IFNAME=eth0` although each host's /etc/hosts maps its own name to
@@ -80,7 +80,7 @@ def test_static_rendezvous_and_gloo_interface(bed):
     for r in results.values():
         assert r.returncode == 0, f"{r.host}: exit {r.returncode}, timed out {r.timed_out}:\n{r.output}"
     assert "2 ranks on cpu (gloo): replicas identical" in results["node1"].output, results["node1"].output
-    matches_recording("two_hosts_static", re.findall(TRAIN_LINES, results["node1"].output, re.MULTILINE))
+    recording("two_hosts_static", re.findall(TRAIN_LINES, results["node1"].output, re.MULTILINE))
 
 
 @pytest.mark.parametrize("bed", [{"own_name_on_loopback": True}], ids=["hostname-on-127.0.1.1"], indirect=True)
@@ -96,7 +96,7 @@ def test_gloo_without_interface_uses_loopback(bed):
     assert re.search(r"Gloo connectFullMesh failed with .*Connection refused, remote=\[127\.0\.1\.1\]:\d+", text), text
 
 
-def test_master_addr_localhost_fails(bed):
+def test_master_addr_localhost_fails(bed, recording):
     """torchrun page, #common-errors: `--master-addr=localhost` copied to every node. node1 hosts the
     store and waits; node2 looks for it on its own loopback and gives up, with the message the page
     quotes; node1 then reports that only 1 of 2 clients joined."""
@@ -113,10 +113,10 @@ def test_master_addr_localhost_fails(bed):
         r"DistStoreError: Timed out after \d+ seconds waiting for clients\. 1/2 clients joined\.", node1.output
     ), error_lines(node1.output)
     first_error = [re.search(r"^.*Dist\w+Error: .*$", r.output, re.MULTILINE)[0] for r in (node2, node1)]
-    matches_recording("master_addr_localhost", first_error, varies=r"after (\d+) seconds")
+    recording("master_addr_localhost", first_error, varies=r"after (\d+) seconds")
 
 
-def test_store_binding_across_hosts(bed):
+def test_store_binding_across_hosts(bed, recording):
     """security page, #no-auth: a TCPStore given host "127.0.0.1" still listens on every interface, so
     another host writes into it; a store on a socket bound by hand to 127.0.0.1 (master_listen_fd) is
     refused from the other host; bound to node1's address on the private network, it is reachable."""
@@ -138,7 +138,7 @@ def test_store_binding_across_hosts(bed):
         in visit.output
     ), visit.output
     assert "node1:29403 store: reached" in visit.output, visit.output
-    matches_recording("store_binding", re.findall(r"^node1:\d+ .*$", visit.output, re.MULTILINE))
+    recording("store_binding", re.findall(r"^node1:\d+ .*$", visit.output, re.MULTILINE))
 
 
 def test_bed_leaves_nothing_behind(bed_available):
