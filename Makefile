@@ -1,4 +1,4 @@
-# Two commands do all set-up on a fresh Linux machine: `make serve` and `make test`.
+# Two commands do all set-up on a fresh Linux machine: `make serve` and `make test`. `make help` lists the rest.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,11 @@ N ?= 20
 # make soak runs the snippets as make test does (three workers); SOAK_ARGS= runs them one at a time
 SOAK_ARGS ?= -n 3
 
-.PHONY: serve test lint build snippets outputs soak durations multinode sync-copies notebooks notebooks-write clean
+.PHONY: help serve test check lint build snippets outputs regen soak durations multinode sync-copies notebooks \
+	notebooks-write clean
+
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,16 +21,18 @@ $(BIN)/.installed: pyproject.toml
 serve: $(BIN)/.installed  ## build and serve the site on http://127.0.0.1:8000
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
-# Three workers on two cores: faster than two or four there, though the run is CPU-bound (measured in README);
-# snippets/conftest.py decides what runs side by side, longest first by tests/durations.json (pytest_xdist_make_scheduler).
-test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser)
+# Three workers on two cores; guidekit/schedule.py decides what runs side by side, longest first (tests/durations.json).
+test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser), multi-host tests
 	$(BIN)/python -m pytest -n 3
+
+check: lint  ## the fast lane before a commit: source-only tests (parity, includes, rules, guidekit), no runs, no build
+	$(BIN)/python -m pytest tests -q -m "not site and not runs and not browser and not notebooks"
 
 lint: $(BIN)/.installed  ## ruff: lint and format check of every Python file
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-build: $(BIN)/.installed
+build: $(BIN)/.installed  ## strict build of both languages into site/
 	$(BIN)/mkdocs build --strict
 
 snippets: $(BIN)/.installed  ## only the runnable examples (what a GPU box owner runs)
@@ -35,17 +41,23 @@ snippets: $(BIN)/.installed  ## only the runnable examples (what a GPU box owner
 outputs: $(BIN)/.installed  ## run every snippet and record what it printed (recordings/), for the pages
 	$(BIN)/python -m pytest snippets -n 3 --record-output
 
+regen: sync-copies notebooks-write  ## regenerate what is derived from the sources: copies, chapter notebooks (OUTPUTS=1: recordings first)
+ifeq ($(OUTPUTS),1)
+regen: outputs
+notebooks-write: outputs
+endif
+
 soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
 	$(BIN)/python tests/soak.py --runs $(N) -- $(SOAK_ARGS)
 
 durations: $(BIN)/.installed  ## run everything as make test does and record each scope's seconds (tests/durations.json)
 	$(BIN)/python -m pytest -n 3 --record-durations
 
-# Needs root (network namespaces); skipped without it, a failure under CI=true.
-multinode: $(BIN)/.installed  ## torchrun across two hosts made of network namespaces (tests/multinode)
-	$(BIN)/python -m pytest tests/multinode
+# Needs root (network namespaces); skipped without it, a failure under CI=true. ARGS=--record-output records anew.
+multinode: $(BIN)/.installed  ## torchrun, Slurm and Kubernetes across two hosts made of network namespaces
+	$(BIN)/python -m pytest tests/multinode $(ARGS)
 
-sync-copies: $(BIN)/.installed  ## rewrite every setup() copy from snippets/ddp/train_torchrun.py
+sync-copies: $(BIN)/.installed  ## rewrite every declared copy of shared code from its original
 	$(BIN)/python -m guidekit.copies --write
 
 notebooks: $(BIN)/.installed  ## run every chapter notebook (notebooks/) as a reader would, on CPU
@@ -54,5 +66,5 @@ notebooks: $(BIN)/.installed  ## run every chapter notebook (notebooks/) as a re
 notebooks-write: $(BIN)/.installed  ## regenerate the chapter notebooks from the pages and snippets
 	$(BIN)/python -m guidekit.notebooks --write
 
-clean:
+clean:  ## remove the built site and caches
 	rm -rf site .cache .pytest_cache artifacts

@@ -1,13 +1,20 @@
-"""The contract between the pages and the programs they show.
+"""The guide's machinery: what the pages, the programs, the site hooks and the tests share.
 
-One owner for every format that pages, snippets, the site hooks and the tests share:
+Formats (one owner each; no other module parses them):
 
-- `guidekit.spec`: what a snippet declares about itself (launch, requirements, ranks, timeout);
-- `guidekit.includes`: the include syntax pages use (``--8<-- "path:section"``), section markers in snippets
-  (``# --8<-- [start:name]``) and Markdown fences;
-- `guidekit.layout`: where pages live (``docs/<lang>/``) and where they land on the built site.
+- `guidekit.spec`: what a program declares about itself (launch, requirements, ranks, timeout, output rules);
+- `guidekit.sections`: section markers in programs (``# --8<-- [start:name]``) and what an include shows;
+- `guidekit.outputs`: recordings of what programs printed, and the manifest of what they used;
+- `guidekit.pages`: where pages live (``docs/<lang>/``), their includes, and where they land on the built site.
 
-No other module parses an include, a section marker or a declaration.
+The test machinery, registered for every pytest run by the root ``conftest.py``:
+
+- `guidekit.runner`: every program in ``snippets/`` as a test, run as a reader runs it;
+- `guidekit.schedule`: how ``pytest -n`` spreads the suite over workers;
+- `guidekit.processes`, `guidekit.machine`, ``guidekit/probe/``: process control, the GPUs, what a run used.
+
+Generators and checks: `guidekit.notebooks` (chapter notebooks), `guidekit.copies` (declared copies of shared code),
+`guidekit.errors` (the error index's marks).
 """
 
 from pathlib import Path

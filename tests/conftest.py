@@ -31,6 +31,16 @@ def _build(site, cwd=ROOT, config="mkdocs.yml"):
     )
 
 
+SITE_FIXTURES = {"built_site", "build_site", "base_url", "browser"}
+
+
+def pytest_collection_modifyitems(items):
+    """`site`: the test builds the site or drives a browser; `make check` leaves those out (see the Makefile)."""
+    for item in items:
+        if SITE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.site)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def programs_temp_folder(tmp_path_factory):
     """Programs the tests start (torchrun, Chromium, Slurm's daemons) write their temp files into this run's folder,

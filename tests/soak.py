@@ -1,7 +1,7 @@
 """Run the whole snippet suite N times in a row and count failures per snippet (`make soak N=20`).
 
 A flaky example is a bug: this finds it. Prints one line per snippet that ever failed, with its count, and the
-torch version; writes the summary as JSON (default: snippets/benchmark/results/soak/torch<version>.json).
+torch version; writes the summary as JSON (default: tests/soak_results/torch<version>.json).
 Exit status 1 if any run failed.
 """
 
@@ -61,7 +61,7 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
     version = torch_version()
-    out = args.out or ROOT / "snippets/benchmark/results/soak" / f"torch{version.split('+')[0]}.json"
+    out = args.out or ROOT / "tests/soak_results" / f"torch{version.split('+')[0]}.json"
     failures: Counter[str] = Counter()
     passed: Counter[str] = Counter()
     skipped: Counter[str] = Counter()

@@ -19,6 +19,8 @@ import pytest
 from launching import TORCHRUN, run_to_end
 from weights import load_weights
 
+pytestmark = pytest.mark.runs  # starts programs: left out of `make check`
+
 RANKS = Path(__file__).with_name("resume_bits_ranks.py")
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.runs  # starts programs: left out of `make check`
+
 # In the command line of a rank that outlives its timeout, of a process a snippet leaves behind; unique to this
 # process, so that planted runs of other pytest-xdist workers are not seen.
 RUN_ID = uuid.uuid4().hex[:8]

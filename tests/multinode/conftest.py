@@ -21,6 +21,13 @@ def _cannot(reason: str, what: str = "two-host test bed") -> None:
     pytest.skip(message)
 
 
+def pytest_collection_modifyitems(items):
+    """Every test here starts hosts, programs or a cluster: left out of `make check`."""
+    for item in items:
+        if "multinode" in item.path.parts:
+            item.add_marker(pytest.mark.runs)
+
+
 @pytest.fixture
 def recording(request):
     """`recording(name, lines, varies=None)`: the lines must equal the recording; with --record-output, they become it."""
