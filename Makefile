@@ -7,7 +7,7 @@ N ?= 20
 SOAK_ARGS ?= -n 3
 
 .PHONY: help serve test check lint build snippets outputs regen soak durations multinode sync-copies notebooks \
-	notebooks-write clean
+	notebooks-write gpu-check clean
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -65,6 +65,11 @@ notebooks: $(BIN)/.installed  ## run every chapter notebook (notebooks/) as a re
 
 notebooks-write: $(BIN)/.installed  ## regenerate the chapter notebooks from the pages and snippets
 	$(BIN)/python -m guidekit.notebooks --write
+
+# On a GPU machine: every program (recorded under recordings/cuda/), the benchmark's full sweep, all in $(OUT).
+OUT ?= artifacts/gpu-check
+gpu-check: $(BIN)/.installed  ## on a GPU box: every program with NCCL where it can, the benchmark; all in OUT=DIR
+	$(BIN)/python -m guidekit.gpu_check --out $(OUT) $(ARGS)
 
 clean:  ## remove the built site and caches
 	rm -rf site .cache .pytest_cache artifacts
