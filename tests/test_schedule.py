@@ -1,0 +1,52 @@
+"""Decisions the machinery makes from the machine, with the device count faked: where programs may share GPUs, and
+what the manifest says a run used."""
+
+import pytest
+
+from guidekit import machine, runner, schedule
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """`gpus(n)`: this machine now has n GPUs, as far as the machinery asks."""
+
+    def fake(n: int) -> None:
+        monkeypatch.setattr(schedule, "cuda_devices", lambda: n)
+        monkeypatch.setattr(runner, "cuda_devices", lambda: n)
+
+    return fake
+
+
+def test_on_cpus_every_program_is_a_scope_of_its_own(gpus):
+    gpus(0)
+    assert schedule.scope_of("snippets/ddp/train_spawn.py::train_spawn") == "snippets/ddp/train_spawn.py::train_spawn"
+    assert schedule.scope_of("tests/test_site.py::test_x[ko]") == "tests/test_site.py"
+
+
+@pytest.mark.parametrize("n", [1, 2, 8])
+def test_where_programs_would_share_gpus_they_run_one_at_a_time(gpus, n):
+    """With any GPU present, two programs side by side could put NCCL ranks on one device: one scope for all."""
+    gpus(n)
+    scopes = {schedule.scope_of(f"snippets/{p}.py::{p.split('/')[1]}") for p in ("ddp/train_spawn", "launch/two_nodes")}
+    assert scopes == {"gpus"}
+    assert schedule.scope_of("tests/test_site.py::test_x") == "tests/test_site.py"
+
+
+def test_no_gpu_device_file_means_no_gpu_without_importing_torch(monkeypatch):
+    monkeypatch.setattr(machine, "GPU_DEVICE_FILES", ("/nonexistent/nvidia[0-9]*",))
+    machine.cuda_devices.cache_clear()
+    try:
+        assert machine.cuda_devices() == 0
+    finally:
+        machine.cuda_devices.cache_clear()
+
+
+def test_the_manifest_says_what_the_processes_reported():
+    reports = [
+        {"rank": 1, "world_size": 2, "backend": "gloo", "device": "CPU"},
+        {"rank": 0, "world_size": 2, "backend": "gloo", "device": "CPU"},
+    ]
+    assert runner.used(reports) == {"backend": "gloo", "device": "CPU", "ranks": 2}
+    assert runner.used([]) == {"backend": "none", "device": "CPU", "ranks": 1}
+    nccl = [{"rank": r, "world_size": 2, "backend": "nccl", "device": "NVIDIA H100"} for r in range(2)]
+    assert runner.used(nccl) == {"backend": "nccl", "device": "NVIDIA H100", "ranks": 2}
