@@ -18,6 +18,9 @@ def _report(c10d) -> None:
     import torch
 
     backend = str(c10d.get_backend())
+    if backend == "undefined":  # no backend named (init_device_mesh does this): one per device type
+        config = str(c10d.get_backend_config())  # e.g. "cpu:gloo,cuda:nccl"
+        backend = "nccl" if torch.cuda.is_available() and "cuda:nccl" in config else "gloo"
     device = "CPU"
     if "nccl" in backend and torch.cuda.is_available():
         device = torch.cuda.get_device_name(torch.cuda.current_device())
