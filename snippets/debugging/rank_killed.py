@@ -1,5 +1,6 @@
 """A rank killed by signal 9 (the kernel's OOM killer does this): what torchrun reports, and where to look next."""
 # launch: python snippets/debugging/rank_killed.py
+# ranks: 2
 # output-varies: ^\s+(?:time|host)\s+: (.*)$
 # output-varies: \(pid: (\d+)\)
 # output-varies: received by PID (\d+)
