@@ -22,7 +22,7 @@ DOCS = ROOT / "docs"
 FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 HEADING = re.compile(r"^(?P<level>#{1,6})\s+(?P<text>.*?)\s*$")
 HEADING_ID = re.compile(r"\{\s*[^}]*#(?P<id>[\w\-]+)[^}]*\}\s*$")
-NOTEBOOK_SOURCE = re.compile(r"""\bsource\(\s*["']([^"']+)["']""")  # the report helper's source("path:section")
+NOTEBOOK_SOURCE = re.compile(r"""\bsource\(\s*["']([^"']+)["']""")  # a notebook's report.source("path:section")
 
 
 @dataclass
@@ -124,7 +124,7 @@ def notebook_cells(path: Path) -> list[tuple[str, str]]:
 
 
 def notebook_includes(path: Path) -> list[str]:
-    """Snippet sections a notebook shows through its report helper's ``source("path:section")``."""
+    """Snippet sections a notebook shows through ``report.source("path:section")`` (guidekit/report.py)."""
     return [t for kind, text in notebook_cells(path) if kind == "code" for t in NOTEBOOK_SOURCE.findall(text)]
 
 

@@ -22,7 +22,12 @@ def catalogue_path(lang: str, root: Path = ROOT) -> Path:
     return root / FOLDER / f"{lang}.yml"
 
 
-@functools.cache
 def text(lang: str, root: Path = ROOT) -> dict:
     """The catalogue of `lang`: nested mappings of strings (and a few lists of strings)."""
-    return yaml.safe_load(catalogue_path(lang, root).read_text(encoding="utf-8"))
+    path = catalogue_path(lang, root)
+    return _read(path, path.stat().st_mtime_ns)  # read again once edited (a running `mkdocs serve`)
+
+
+@functools.cache
+def _read(path: Path, mtime_ns: int) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -1,7 +1,7 @@
 """Notebooks readers can run.
 
-The page notebooks (performance.ipynb) run their set-up cell at build time without showing it, and offer their own
-.ipynb. Every chapter page that runs programs has a generated notebook (guidekit/notebooks.py) that is up to date,
+The page notebooks (performance.ipynb) show every cell they run (no set-up hidden: the report they call comes from
+the installed guidekit), and offer their own .ipynb. Every chapter page that runs programs has a generated notebook (guidekit/notebooks.py) that is up to date,
 holds each program byte for byte with its declared launch, and is linked from the page in both languages (Colab,
 download). `make notebooks` executes every chapter notebook as a reader would (marker `notebooks`, not in the default
 run: minutes on 2 cores).
@@ -23,7 +23,6 @@ from guidekit.pages import LANGS, built_path, page_programs, pages
 from guidekit.pages import notebooks as page_notebooks
 from guidekit.spec import is_snippet, parse_spec, sibling_files
 
-HIDE_TAG = "remove-input"
 COLAB = "https://colab.research.google.com/github/multi-gpu-pytorch/guide/blob/main/"
 CHAPTERS = notebooks.chapters()
 NOTEBOOK_PAGES = [(lang, name) for lang in LANGS for name in sorted(page_notebooks(lang))]
@@ -80,36 +79,24 @@ def code_cells(path: Path) -> list[dict]:
     return [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
 
 
-# -- the page notebooks: set-up hidden, their .ipynb offered ------------------------------------------------------
+# -- the page notebooks: every cell shown, their .ipynb offered -------------------------------------------------
 
 
-def test_the_tag_is_what_mkdocs_jupyter_removes():
-    """mkdocs-jupyter passes only the first tag of each list on to nbconvert."""
+def test_mkdocs_jupyter_shows_every_cell():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     jupyter = next(p["mkdocs-jupyter"] for p in config["plugins"] if isinstance(p, dict) and "mkdocs-jupyter" in p)
-    assert jupyter["remove_tag_config"]["remove_input_tags"][0] == HIDE_TAG
+    assert "remove_tag_config" not in jupyter, "no cell is run unseen"
     assert jupyter["include_source"] is True
 
 
 @pytest.mark.parametrize("lang,name", NOTEBOOK_PAGES)
-def test_set_up_cell_is_tagged_in_the_notebook(lang, name):
-    first = code_cells(ROOT / "docs" / lang / name)[0]
-    assert "sys.path" in "".join(first["source"]), "the first code cell is the set-up (sys.path, imports)"
-    assert HIDE_TAG in first["metadata"].get("tags", []), f"the set-up cell lacks the '{HIDE_TAG}' tag"
-
-
-@pytest.mark.parametrize("lang,name", NOTEBOOK_PAGES)
-def test_set_up_cells_run_but_are_not_on_the_page(built_site, lang, name):
-    source = page_html(built_site, lang, name)
-    hidden = [c for c in code_cells(ROOT / "docs" / lang / name) if HIDE_TAG in c["metadata"].get("tags", [])]
-    assert hidden, f"{name} has no cell tagged '{HIDE_TAG}'"
-    assert "sys.path" not in source
-    text = page_text(source)
-    shown = [line.strip() for c in hidden for line in c["source"] if line.strip() and line.strip() in text]
-    assert not shown, f"lines of hidden cells on the page: {shown}"
-    # the cell is still in the rendered notebook (hidden, not dropped), and the cells that need it ran
-    assert source.count(f"celltag_{HIDE_TAG}") >= len(hidden)
-    assert re.search(r'class="[^"]*jp-OutputArea-output', source), "no output: did the set-up cell run?"
+def test_page_notebook_has_no_plumbing(lang, name):
+    """No hidden set-up cell and no sys.path: the first code cell imports the report from the installed guidekit."""
+    cells = code_cells(ROOT / "docs" / lang / name)
+    assert "".join(cells[0]["source"]) == "from guidekit import report"
+    for cell in cells:
+        assert not cell["metadata"].get("tags"), f"a tagged cell: {''.join(cell['source'])}"
+        assert "sys.path" not in "".join(cell["source"])
 
 
 @pytest.mark.parametrize("lang,name", NOTEBOOK_PAGES)

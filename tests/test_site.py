@@ -13,6 +13,7 @@ from guidekit import ROOT, outputs
 from guidekit.pages import LANGS, built_path, includes, page_files, page_programs, pages, site_path, url_path
 from guidekit.sections import target_text
 from guidekit.spec import is_snippet, parse_spec
+from guidekit.text import text
 
 
 def built_page(site: Path, lang: str, name: str) -> Path:
@@ -125,13 +126,10 @@ def test_built_pages_share_section_ids(built_site, name):
     assert all(ids["ko"]), f"empty heading ids: {ids['ko']}"
 
 
-VERIFIED = {"ko": ("검증", "GPU에서는 아직 실행된 적 없음"), "en": ("verified", "never run on a GPU yet")}
-
-
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_example_says_what_it_was_verified_with(built_site, lang):
     """The line under each program a page shows carries the manifest's torch, backend and date for that snippet."""
-    word, never_on_gpu = VERIFIED[lang]
+    word, never_on_gpu = text(lang)["note"]["verified"], text(lang)["note"]["no_gpu_run"]
     manifest = outputs.read_manifest()
     notes = 0
     for name in pages(lang):

@@ -1,10 +1,11 @@
 """Offer every notebook on its page: a chapter's generated notebook, and the page notebooks themselves.
 
 A chapter page that runs programs (guidekit/notebooks.py decides which) gets one line under its title: "Open in
-Colab" and a download of ``notebooks/<chapter>.ipynb``, which the site serves at its repository path. Plain links:
-no badge image, nothing loads from another host. A notebook page (``performance.ipynb``) gets a download of its own
-``.ipynb``, which mkdocs-jupyter's ``include_source`` copies next to the page (``performance/performance.ipynb``,
-``en/performance/performance.ipynb``: theme/hooks/i18n_notebooks.py keeps the language-aware destination it copies to).
+Colab" and a download of ``notebooks/<chapter>.ipynb``, which the site serves at its repository path
+(served_files.py). Plain links: no badge image, nothing loads from another host. A notebook page
+(``performance.ipynb``) gets a download of its own ``.ipynb``, which mkdocs-jupyter's ``include_source`` copies next
+to the page (``performance/performance.ipynb``, ``en/performance/performance.ipynb``: theme/hooks/i18n_notebooks.py
+keeps the language-aware destination it copies to).
 """
 
 import html
@@ -12,38 +13,15 @@ import posixpath
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from mkdocs.plugins import event_priority
-from mkdocs.structure.files import File
-
 from guidekit import notebooks
 from guidekit.pages import served_path, title_line
+from guidekit.text import text
 
 CLASS = "page-notebook"
-TEXT = {
-    "ko": {
-        "chapter": "이 장의 프로그램을 노트북으로 실행해 볼 수 있습니다: [Colab에서 열기]({colab}) · [`{file}` 내려받기]({link}){{ download }}",
-        "page": '<a href="{link}" download>노트북 내려받기(<code>{file}</code>)</a> · 저장소의 파일을 읽으므로 저장소를 '
-        "클론한 폴더 안에서 실행하세요.",
-    },
-    "en": {
-        "chapter": "Run this chapter's programs as a notebook: [open in Colab]({colab}) · [download `{file}`]({link}){{ download }}",
-        "page": '<a href="{link}" download>Download the notebook (<code>{file}</code>)</a> · it reads files of the '
-        "repository, so run it inside a clone of it.",
-    },
-}
 
 
 def _lang(page, config) -> str:
     return getattr(page.file, "locale", None) or config["theme"]["language"]
-
-
-@event_priority(-200)  # after i18n_notebooks (-150) wrapped the pages' notebooks: these stay static files
-def on_files(files, config):
-    """Serve every chapter notebook at its repository path, one copy for both languages."""
-    root = Path(config.config_file_path).parent
-    for path in sorted(set(notebooks.chapters(root).values())):
-        files.append(File.generated(config, served_path(path).as_posix(), abs_src_path=str(root / path)))
-    return files
 
 
 def on_page_markdown(markdown, page, config, files):
@@ -55,8 +33,9 @@ def on_page_markdown(markdown, page, config, files):
         return markdown
     here = posixpath.dirname(page.file.src_uri)  # MkDocs turns links relative to the source into page URLs
     link = posixpath.relpath(served_path(path).as_posix(), here or ".")
-    text = TEXT.get(lang, TEXT["en"])["chapter"]
-    line = text.format(colab=notebooks.colab_url(path, root), file=posixpath.basename(path), link=link)
+    line = text(lang)["notebook_links"]["chapter"].format(
+        colab=notebooks.colab_url(path, root), file=posixpath.basename(path), link=link
+    )
     lines = markdown.split("\n")
     lines[at + 1 : at + 1] = ["", line, f"{{: .{CLASS} data-search-exclude }}", ""]
     return "\n".join(lines)
@@ -71,6 +50,7 @@ def on_page_content(content, page, config, files):
     if not end:
         return content
     link = posixpath.relpath(urlsplit(nb_url).path, urlsplit(page.abs_url).path)
-    text = TEXT.get(_lang(page, config), TEXT["en"])["page"]
-    line = text.format(link=html.escape(link), file=html.escape(posixpath.basename(link)))
+    line = text(_lang(page, config))["notebook_links"]["page"].format(
+        link=html.escape(link), file=html.escape(posixpath.basename(link))
+    )
     return f'{head}{end}\n<p class="{CLASS}" data-search-exclude>{line}</p>{rest}'

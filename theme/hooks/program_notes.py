@@ -1,0 +1,67 @@
+"""The line under each program a page shows: its launch command, how CI tests it, its last recorded runs, its
+source (a pass of program_blocks.py).
+
+"run with 2 ranks on CPU with gloo in CI ... · verified: torch 2.14.1 · gloo on CPU · 2 ranks · 2026-12-03". The facts
+come from the program's own declarations (guidekit/spec.py) and the committed manifest of recorded runs
+(guidekit/outputs.py), so the line cannot drift from what the runner does; the words from the text catalogue.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shown_programs import insert, offers
+
+from guidekit import outputs
+from guidekit.spec import Spec, is_snippet, parse_spec
+from guidekit.text import text
+
+CLASS = "snippet-note"
+
+
+def passed(manifest: dict, platform: str, path: str) -> dict | None:
+    """The manifest's entry for a program's last run on `platform`, if it passed."""
+    entry = manifest[platform].get(path)
+    return entry if entry and entry["outcome"] == "passed" else None
+
+
+def _run(entry: dict, t: dict) -> str:
+    """One recorded run, e.g. 'torch 2.14.1 · gloo on CPU · 2 ranks · 2026-12-03'."""
+    ranks = t["rank_count"].format(n=entry["ranks"]) if entry["ranks"] > 1 else t["process"]
+    if entry["backend"] == "fake":  # one process plays every rank of a fake process group
+        ranks = t["fake_ranks"].format(n=entry["ranks"])
+    where = t["where"][entry["backend"]].format(device=entry["device"])
+    return t["run"].format(torch=entry["torch"], where=where, ranks=ranks, date=entry["date"])
+
+
+def _verified(spec: Spec, manifest: dict, t: dict) -> str:
+    runs = [_run(entry, t) for p in outputs.PLATFORMS if (entry := passed(manifest, p, spec.path))]
+    if spec.gpus and not passed(manifest, "cuda", spec.path):
+        runs.append(t["no_gpu_run"])
+    return "; ".join(runs) or t["never"]
+
+
+def note(spec: Spec, lang: str, source_url: str, manifest: dict) -> str:
+    """The note as a Markdown paragraph with its class."""
+    t = text(lang)["note"]
+    if spec.gpus:
+        how = t["gpu"].format(gpus=spec.gpus)
+    elif spec.world_size > 1:
+        how = t["ranks"].format(n=spec.world_size)
+    else:
+        how = t["cpu"]
+    line = f"`{spec.command}` · {t['tested']}: {how} · {t['verified']}: {_verified(spec, manifest, t)} · [{t['source']}]({source_url})"
+    return f"{line}\n{{: .{CLASS} }}"
+
+
+def noted(markdown: str, root: Path, lang: str, blob: str) -> str:
+    """Each program (not a helper) the page shows gets its note once, where the page offers it."""
+    manifest = outputs.read_manifest(root)
+    return insert(
+        markdown,
+        [
+            (offer, note(parse_spec(root / offer.path, root), lang, blob + offer.path, manifest))
+            for offer in offers(markdown, root)
+            if is_snippet(root / offer.path)
+        ],
+    )
