@@ -14,7 +14,8 @@ The test machinery, registered for every pytest run by the root ``conftest.py``:
 - `guidekit.processes`, `guidekit.machine`, ``guidekit/probe/``: process control, the GPUs, what a run used.
 
 Generators and checks: `guidekit.notebooks` (chapter notebooks), `guidekit.copies` (declared copies of shared code),
-`guidekit.errors` (the error index's marks).
+`guidekit.errors` (the error index's marks), `guidekit.report` (the performance page's tables and plot),
+`guidekit.text` (the site's words per language, from theme/text/), `guidekit.gpu_check` (`make gpu-check`).
 """
 
 from pathlib import Path
