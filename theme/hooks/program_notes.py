@@ -41,17 +41,27 @@ def _verified(spec: Spec, manifest: dict, t: dict) -> str:
     return "; ".join(runs) or t["never"]
 
 
-def note(spec: Spec, lang: str, source_url: str, manifest: dict) -> str:
-    """The note as a Markdown paragraph with its class."""
+def note(spec: Spec, lang: str, source_url: str, manifest: dict, command_shown: bool = False) -> str:
+    """The note as a Markdown paragraph with its class; the launch command only where the page does not show it."""
     t = text(lang)["note"]
     if spec.gpus:
         how = t["gpu"].format(gpus=spec.gpus)
     elif spec.world_size > 1:
-        how = t["ranks"].format(n=spec.world_size)
+        how = t["ranks"]
     else:
         how = t["cpu"]
-    line = f"`{spec.command}` · {t['tested']}: {how} · {t['verified']}: {_verified(spec, manifest, t)} · [{t['source']}]({source_url})"
-    return f"{line}\n{{: .{CLASS} }}"
+    parts = [] if command_shown else [f"`{spec.command}`"]
+    parts += [
+        f"{t['tested']}: {how}",
+        f"{t['verified']}: {_verified(spec, manifest, t)}",
+        f"[{t['source']}]({source_url})",
+    ]
+    return " · ".join(parts) + f"\n{{: .{CLASS} }}"
+
+
+def shows_command(markdown: str, command: str) -> bool:
+    """The page already shows this launch command on a line of its own (a shell block)."""
+    return any(line.strip() == command for line in markdown.splitlines())
 
 
 def noted(markdown: str, root: Path, lang: str, blob: str) -> str:
@@ -60,8 +70,8 @@ def noted(markdown: str, root: Path, lang: str, blob: str) -> str:
     return insert(
         markdown,
         [
-            (offer, note(parse_spec(root / offer.path, root), lang, blob + offer.path, manifest))
+            (offer, note(spec, lang, blob + offer.path, manifest, shows_command(markdown, spec.command)))
             for offer in offers(markdown, root)
-            if is_snippet(root / offer.path)
+            if is_snippet(root / offer.path) and (spec := parse_spec(root / offer.path, root))
         ],
     )
