@@ -24,13 +24,13 @@ import train_resumable  # found through the path above
 STOP_AT = 5  # the snapshot the resumed run starts from
 
 
-def warn_before_stop(step: int, attempt: int) -> None:
+def warn_before_stop(step: int) -> None:
     if step == STOP_AT - 1:
         train_resumable.warned = True  # what on_warning does; stop_agreed ends the step on every rank
 
 
-def run(device: torch.device, snapshot: Path) -> dict[str, torch.Tensor] | None:
-    trained = train_resumable.train(device, snapshot)
+def run(device: torch.device, snapshot: Path, before_step=lambda step: None) -> dict[str, torch.Tensor] | None:
+    trained = train_resumable.train(device, snapshot, before_step)
     return None if trained is None else trained[0].state_dict()
 
 
@@ -44,10 +44,9 @@ def main() -> None:
         train_resumable.DDP = wrapper
         uninterrupted = run(device, out.with_name(f"{name}-uninterrupted.pt"))
         snapshot = out.with_name(f"{name}-snapshot.pt")
-        train_resumable.fault_if_asked = warn_before_stop
-        assert run(device, snapshot) is None, "the warned run did not stop"
+        assert run(device, snapshot, warn_before_stop) is None, "the warned run did not stop"
         dist.barrier()  # rank 0 wrote the snapshot before any rank looks for it (a new job would start later)
-        train_resumable.fault_if_asked, train_resumable.warned = (lambda step, attempt: None), False
+        train_resumable.warned = False
         weights[name] = {"uninterrupted": uninterrupted, "resumed": run(device, snapshot)}
     if dist.get_rank() == 0:
         torch.save(weights, out)

@@ -198,18 +198,60 @@ def test_bad_declarations_are_errors(tmp_path, header, error):
         declared(tmp_path, header)
 
 
-def test_copies_are_checked_and_rewritten(tmp_path):
-    reference = tmp_path / copies.REFERENCE
-    reference.parent.mkdir(parents=True)
-    body = 'def setup() -> torch.device:\n    """Join."""\n    return torch.device("cpu")\n'
-    reference.write_text("import torch\n\n\n" + body)
-    copy = tmp_path / "snippets/x/copy.py"
-    copy.parent.mkdir(parents=True)
-    copy.write_text("import torch\n\n\n" + body.replace("Join.", "Joins.") + "\n\nassert True\n")
-    assert copies.drifted(tmp_path) == ["snippets/x/copy.py"]
+SETUP = 'def setup() -> torch.device:\n    """Join."""\n    return torch.device("cpu")\n'
+
+
+def program(root, rel: str, text: str):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_declared_copies_are_checked_and_rewritten(tmp_path):
+    join = SETUP.replace("setup", "join")  # no implicit original
+    program(tmp_path, "snippets/a/orig.py", "import torch\n\n\n" + join + "\n\n@decorated\ndef main():\n    pass\n")
+    body = "# same as snippets/a/orig.py:join\n" + join.replace("Join.", "Joins.")
+    body += "\n\n# same as snippets/a/orig.py:main\n@decorated\ndef main():\n    return 1\n\n\nassert True\n"
+    copy = program(tmp_path, "snippets/x/copy.py", "import torch\n\n\n" + body)
+    assert copies.problems(tmp_path) == [
+        "snippets/x/copy.py:5: differs from snippets/a/orig.py:join",
+        "snippets/x/copy.py:11: differs from snippets/a/orig.py:main",
+    ]
     assert copies.rewrite(tmp_path) == ["snippets/x/copy.py"]
-    assert copies.drifted(tmp_path) == []
-    assert copy.read_text().endswith('return torch.device("cpu")\n\n\nassert True\n')
+    assert copies.problems(tmp_path) == []
+    text = copy.read_text()
+    assert join in text and text.endswith("orig.py:main\n@decorated\ndef main():\n    pass\n\n\nassert True\n")
+
+
+def test_a_declaration_needs_an_original_that_is_no_copy(tmp_path):
+    program(tmp_path, "snippets/a/orig.py", "def f():\n    pass\n")
+    program(tmp_path, "snippets/a/second.py", "# same as snippets/a/orig.py:f\ndef f():\n    pass\n")
+    program(tmp_path, "snippets/x/gone.py", "# same as snippets/a/orig.py:g\ndef g():\n    pass\n")
+    program(tmp_path, "snippets/x/chain.py", "# same as snippets/a/second.py:f\ndef f():\n    pass\n")
+    program(tmp_path, "snippets/x/loose.py", "# same as snippets/a/orig.py:f\n\ndef f():\n    pass\n")
+    assert copies.problems(tmp_path) == [
+        "snippets/x/loose.py:1: a '# same as' line must stand right above a top-level def or class",
+        "snippets/x/chain.py:2: copies snippets/a/second.py:f, itself a copy: name its original",
+        "snippets/x/gone.py:2: copies snippets/a/orig.py:g, which does not exist",
+    ]
+    assert copies.rewrite(tmp_path) == []  # nothing it can mend
+
+
+def test_an_undeclared_setup_is_compared_and_declared(tmp_path):
+    program(tmp_path, copies.IMPLICIT[SETUP.splitlines()[0]].partition(":")[0], "import torch\n\n\n" + SETUP)
+    same = program(tmp_path, "snippets/x/same.py", "import torch\n\n\n" + SETUP)
+    program(tmp_path, "snippets/x/drift.py", "import torch\n\n\n" + SETUP.replace("cpu", "cuda"))
+    assert copies.problems(tmp_path) == [
+        "snippets/x/drift.py:4: differs from snippets/ddp/train_torchrun.py:setup",
+        "snippets/x/drift.py:4: a copy of snippets/ddp/train_torchrun.py:setup without "
+        "'# same as snippets/ddp/train_torchrun.py:setup' above it",
+        "snippets/x/same.py:4: a copy of snippets/ddp/train_torchrun.py:setup without "
+        "'# same as snippets/ddp/train_torchrun.py:setup' above it",
+    ]
+    assert copies.rewrite(tmp_path) == ["snippets/x/drift.py", "snippets/x/same.py"]
+    assert copies.problems(tmp_path) == []
+    assert same.read_text() == "import torch\n\n\n# same as snippets/ddp/train_torchrun.py:setup\n" + SETUP
 
 
 # Recorded outputs: ordering, masking, excerpts, comparison.
@@ -285,7 +327,7 @@ def test_as_written_survives_the_include_engine():
 
 
 def test_sibling_files_are_found():
-    assert sibling_files(ROOT / "snippets/parallelism/fsdp2.py") == {"snippets/parallelism/_mesh.py": "imports"}
+    assert sibling_files(ROOT / "snippets/ddp/train_spawn.py") == {"snippets/ddp/train_torchrun.py": "imports"}
     assert sibling_files(ROOT / "snippets/launch/two_nodes.py") == {
         "snippets/launch/_procs.py": "imports",
         "snippets/launch/env_vars.py": "runs",  # started by path, not imported

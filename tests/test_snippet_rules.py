@@ -1,4 +1,4 @@
-"""Every snippet is a self-checking program with valid declarations; standalone copies stay identical."""
+"""Every snippet is a self-checking program with valid declarations that runs alone; declared copies stay identical."""
 
 import ast
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 
 from guidekit import ROOT, copies
-from guidekit.spec import all_snippets, parse_spec
+from guidekit.spec import all_snippets, parse_spec, sibling_files
 
 SNIPPETS = all_snippets()
 IDS = [p.relative_to(ROOT / "snippets").as_posix() for p in SNIPPETS]
@@ -47,7 +47,37 @@ def test_snippet_checks_its_own_result(path):
     assert checks, "a snippet proves its claim with assert"
 
 
-def test_setup_copies_are_identical():
-    """Programs repeat the reference setup() so each stays copy-paste runnable; `make sync-copies` fixes drift."""
-    assert copies.reference_text().startswith(copies.SIGNATURE)
-    assert not copies.drifted(), f"setup() differs from {copies.REFERENCE}: run `make sync-copies`"
+# Programs that need files beside them, because that is what they teach; the page offers those files with them.
+TAUGHT_TOGETHER = {
+    "ddp/train_spawn.py": "only the launcher changes: it imports train_torchrun.py's training",
+    "fault/restart_resume.py": "runs the template and its proof, and imports the template's save_atomic",
+    "fault/train_resumable_check.py": "a proof imports the template it checks",
+    "training/train_loop_check.py": "a proof imports the template it checks",
+    "launch/two_nodes.py": "starts env_vars.py as the workers of two simulated nodes (process plumbing in _procs.py)",
+    "launch/slurm_sim.py": "runs env_vars.py's setup in every simulated task (process plumbing in _procs.py)",
+}
+
+
+@pytest.mark.parametrize("path", SNIPPETS, ids=IDS)
+def test_snippet_runs_alone(path):
+    """A reader copies one program into an empty folder and runs it: it may not need a file beside it, unless that
+    is the lesson (TAUGHT_TOGETHER). A helper it would import goes in as a declared copy (guidekit.copies)."""
+    rel = path.relative_to(ROOT / "snippets").as_posix()
+    needs = sibling_files(path)
+    assert not needs or rel in TAUGHT_TOGETHER, f"needs {sorted(needs)} beside it: inline declared copies instead"
+
+
+@pytest.mark.parametrize("path", [p for p in SNIPPETS if p.stem.endswith("_check")], ids=str)
+def test_a_proof_imports_its_template(path):
+    """`x_check.py` is the proof beside the template `x.py`: it imports the template and asserts what the page says."""
+    template = path.with_name(path.name.removesuffix("_check.py") + ".py")
+    assert sibling_files(path).get(template.relative_to(ROOT).as_posix()) == "imports"
+
+
+def test_declared_copies_match_their_originals():
+    """Programs repeat small functions of other files, each under `# same as <path>:<name>`, so every program runs
+    alone; an undeclared `setup()` is compared with train_torchrun.py's all the same (guidekit.copies)."""
+    problems = copies.problems()
+    assert not problems, (
+        "\n".join(problems) + "\nrun `python -m guidekit.copies --write` (it cannot add a missing original)"
+    )

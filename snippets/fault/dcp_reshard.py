@@ -27,6 +27,7 @@ def init_mesh() -> DeviceMesh:
     return init_device_mesh(device_type, (int(os.environ["WORLD_SIZE"]),))  # also inits the process group
 
 
+# same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
     """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
     gc.collect()  # sharded models are reference cycles: free them while the group is still registered

@@ -13,12 +13,13 @@ from pathlib import Path
 import torch
 from train_resumable import save_atomic  # same folder: python puts it on sys.path
 
-TRAIN = Path(__file__).with_name("train_resumable.py")
+TEMPLATE = Path(__file__).with_name("train_resumable.py")
+PROOF = Path(__file__).with_name("train_resumable_check.py")  # the template's training, with faults on demand
 
 
 # --8<-- [start:torchrun]
 def torchrun(*args: str, **env: str) -> str:
-    """Run TRAIN under torchrun with 2 CPU workers; return its output, fail on a non-zero exit."""
+    """Run a program under torchrun with 2 CPU workers; return its output, fail on a non-zero exit."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *args]
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", **env}  # (1)!
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
@@ -31,13 +32,13 @@ def torchrun(*args: str, **env: str) -> str:
 
 # --8<-- [start:test]
 def check_restart_is_bit_identical(tmp: Path) -> None:
-    def job(name: str, *args: str, **env: str) -> Future:
+    def job(name: str, program: Path, *args: str, **env: str) -> Future:
         snapshot, final = tmp / f"{name}.pt", tmp / f"{name}-final.pt"
-        return pool.submit(torchrun, *args, str(TRAIN), f"--snapshot={snapshot}", f"--final={final}", **env)
+        return pool.submit(torchrun, *args, str(program), f"--snapshot={snapshot}", f"--final={final}", **env)
 
     with ThreadPoolExecutor() as pool:  # both jobs at once, each torchrun on its own free port
-        uninterrupted = job("a")
-        faulted = job("b", "--max-restarts=1", FAIL_AT_STEP="13")  # rank 1 dies before step 13 in attempt 0
+        uninterrupted = job("a", TEMPLATE)
+        faulted = job("b", PROOF, "--max-restarts=1", FAIL_AT_STEP="13")  # rank 1 dies before step 13 in attempt 0
         uninterrupted.result()
         out = faulted.result()
     print(out, end="")

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ EPOCHS = 3
 SAVE_EVERY = 5  # steps; 8 steps per epoch, so most snapshots fall mid-epoch
 
 
+# same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -106,23 +107,10 @@ def requeue() -> None:
 # --8<-- [end:preemption]
 
 
-def fault_if_asked(step: int, attempt: int) -> None:
-    """Fault injection for the demos, first attempt only: FAIL_AT_STEP=N kills rank 1 before step N;
-    PREEMPT_AT_STEP=N has Slurm send the job its warning signal before step N, as it does before the time limit."""
-    if attempt > 0:
-        return
-    if step == int(os.environ.get("FAIL_AT_STEP", -1)) and dist.get_rank() == 1:
-        os._exit(1)  # a hard crash: no cleanup, no exception handler
-    if step == int(os.environ.get("PREEMPT_AT_STEP", -1)) and dist.get_rank() == 0:
-        slurm_command("scancel", "--signal=USR1", os.environ["SLURM_JOB_ID"])
-        deadline = time.monotonic() + 60
-        while not warned and time.monotonic() < deadline:  # the signal comes back to this rank too
-            time.sleep(0.01)
-        assert warned, "the signal did not come back through torchrun"
-
-
 # --8<-- [start:train]
-def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]] | None:
+def train(
+    device: torch.device, snapshot: Path, before_step: Callable[[int], None] = lambda step: None
+) -> tuple[nn.Module, list[float]] | None:
     """Train to the end (the model and each step's loss), or stop at a snapshot when warned (None)."""
     torch.manual_seed(0)  # same data and initial weights on every rank, in every attempt
     x = torch.randn(256, 10)
@@ -145,7 +133,7 @@ def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]]
         skip = done - epoch * steps_per_epoch if epoch == done // steps_per_epoch else 0
         for i, (inputs, targets) in enumerate(itertools.islice(loader, skip, None), start=skip):
             step = epoch * steps_per_epoch + i  # global step about to run
-            fault_if_asked(step, attempt)  # the demos' faults: a crash or a preemption, only when asked
+            before_step(step)  # a no-op unless given; train_resumable_check.py injects its faults here
             torch.manual_seed(1000 * step + dist.get_rank())  # dropout masks depend on (step, rank) only
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
@@ -168,27 +156,35 @@ def train(device: torch.device, snapshot: Path) -> tuple[nn.Module, list[float]]
 # --8<-- [end:train]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "local")  # same for every restart of one torchrun job
     parser.add_argument("--snapshot", type=Path, default=Path(tempfile.gettempdir()) / f"snapshot-{run_id}.pt")
     parser.add_argument("--final", type=Path, help="write the trained weights here")
-    args = parser.parse_args()
-    signal.signal(signal.SIGUSR1, on_warning)
+    return parser.parse_args()
+
+
+def run(
+    device: torch.device, args: argparse.Namespace, before_step: Callable[[int], None] = lambda step: None
+) -> nn.Module | None:
+    """Train to the end and return the model, or stop when warned and requeue the job (None)."""
+    trained = train(device, args.snapshot, before_step)
+    if trained is None:  # stopped by the warning: resume in a requeued job
+        requeue()
+        return None
+    model, losses = trained
+    assert losses[-1] < losses[0], "loss did not fall"
+    if dist.get_rank() == 0 and args.final:
+        save_atomic(model.state_dict(), args.final)
+    return model
+
+
+def main() -> None:
+    args = parse_args()
+    signal.signal(signal.SIGUSR1, on_warning)  # before the process group: the warning may come at any time
     device = setup()
     try:
-        trained = train(device, args.snapshot)
-        if trained is None:  # stopped by the warning: resume in a requeued job
-            requeue()
-            return
-        model, losses = trained
-        assert losses[-1] < losses[0], "loss did not fall"
-        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-        peak = flat.clone()
-        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-        assert torch.equal(flat, peak), "replicas diverged"  # every rank equals the max: all equal
-        if dist.get_rank() == 0 and args.final:
-            save_atomic(model.state_dict(), args.final)
+        run(device, args)
     finally:
         dist.destroy_process_group()
 

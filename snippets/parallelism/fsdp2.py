@@ -2,15 +2,40 @@
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/fsdp2.py
 # timeout: 240
 
+import gc
+import os
+
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
-from _mesh import setup_mesh, teardown_mesh
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+# same as snippets/parallelism/_mesh.py:setup_mesh
+def setup_mesh() -> tuple[DeviceMesh, torch.device]:
+    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+    else:
+        device = torch.device("cpu")
+    # init_device_mesh calls init_process_group() when there is no process group yet
+    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+    return mesh, device
+
+
+# same as snippets/parallelism/_mesh.py:teardown_mesh
+def teardown_mesh(mesh: DeviceMesh) -> None:
+    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
+    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    dist.destroy_process_group()
+    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    getattr(mesh, "_pg_registry", {}).clear()
 
 
 def make_model() -> nn.Sequential:

@@ -3,12 +3,27 @@
 # timeout: 240
 
 import copy
+import os
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
-from _mesh import setup_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+
+# same as snippets/parallelism/_mesh.py:setup_mesh
+def setup_mesh() -> tuple[DeviceMesh, torch.device]:
+    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+    else:
+        device = torch.device("cpu")
+    # init_device_mesh calls init_process_group() when there is no process group yet
+    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+    return mesh, device
 
 
 def make_model() -> nn.Sequential:

@@ -3,13 +3,41 @@
 # timeout: 240
 
 import copy
+import os
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
-from _mesh import setup_mesh
-from pipeline import make_model, stage_layers  # the same model and split as the GPipe program (same folder)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+
+
+# same as snippets/parallelism/_mesh.py:setup_mesh
+def setup_mesh() -> tuple[DeviceMesh, torch.device]:
+    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+    else:
+        device = torch.device("cpu")
+    # init_device_mesh calls init_process_group() when there is no process group yet
+    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+    return mesh, device
+
+
+# same as snippets/parallelism/pipeline.py:make_model
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)  # the same full model on every rank: each keeps only its stage
+    layers = [nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)]
+    return nn.Sequential(*layers, nn.Linear(32, 8))
+
+
+# same as snippets/parallelism/pipeline.py:stage_layers
+def stage_layers(model: nn.Sequential, rank: int, stages: int) -> nn.Sequential:
+    """Split by hand: stage r holds a contiguous run of layers, [r*n/s, (r+1)*n/s)."""
+    n = len(model)
+    return model[rank * n // stages : (rank + 1) * n // stages]
 
 
 def main() -> None:

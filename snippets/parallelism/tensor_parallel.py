@@ -3,14 +3,38 @@
 # timeout: 240
 
 import copy
+import gc
+import os
 
 import torch
+import torch._dynamo  # before init_process_group, not later: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
-from _mesh import setup_mesh, teardown_mesh
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+
+# same as snippets/parallelism/_mesh.py:setup_mesh
+def setup_mesh() -> tuple[DeviceMesh, torch.device]:
+    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+    else:
+        device = torch.device("cpu")
+    # init_device_mesh calls init_process_group() when there is no process group yet
+    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+    return mesh, device
+
+
+# same as snippets/parallelism/_mesh.py:teardown_mesh
+def teardown_mesh(mesh: DeviceMesh) -> None:
+    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
+    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    dist.destroy_process_group()
+    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    getattr(mesh, "_pg_registry", {}).clear()
 
 
 class MLP(nn.Module):
@@ -62,6 +86,7 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
         )
 
 
+# same as snippets/parallelism/fsdp2.py:main
 def main() -> None:
     mesh, device = setup_mesh()
     try:

@@ -10,6 +10,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+# same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -56,6 +57,7 @@ def run(device: torch.device) -> None:
         print(f"bf16 autocast on {device.type}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
 
 
+# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:

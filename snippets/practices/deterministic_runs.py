@@ -18,6 +18,7 @@ torch.backends.cudnn.benchmark = False  # benchmark mode may pick different kern
 # --8<-- [end:deterministic]
 
 
+# same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 
+# same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -82,6 +83,7 @@ def run(device: torch.device) -> None:
         print(f"trace written: {traces[0]}")
 
 
+# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:

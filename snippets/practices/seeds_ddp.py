@@ -12,6 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 
+# same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -34,6 +35,15 @@ def gather(t: torch.Tensor) -> list[torch.Tensor]:
 
 def flat_params(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+# same as snippets/ddp/train_torchrun.py:assert_replicas_equal
+def assert_replicas_equal(model: nn.Module) -> None:
+    """Every rank must hold bit-identical parameters after training."""
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    replicas = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(replicas, flat)
+    assert all(torch.equal(replicas[0], r) for r in replicas), "replicas diverged"
 
 
 # --8<-- [start:seed]
@@ -85,9 +95,8 @@ def run(device: torch.device) -> None:
     assert not torch.equal(before[0], before[1]), "ranks should start from different random weights"
 
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    after = gather(flat_params(ddp_model.module))
-    assert all(torch.equal(after[0], a) for a in after), "DDP must broadcast rank 0's weights"
-    assert torch.equal(after[0], before[0])  # everyone now holds rank 0's initial weights
+    assert_replicas_equal(ddp_model.module)  # the constructor broadcast one set of weights...
+    assert torch.equal(flat_params(ddp_model.module), before[0])  # ...rank 0's: everyone starts from them
     # --8<-- [end:init-sync]
 
     # --8<-- [start:dropout]
@@ -120,6 +129,7 @@ def run(device: torch.device) -> None:
         print("weights synced by DDP; dropout and worker randomness per rank, reproducible per run")
 
 
+# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:

@@ -12,6 +12,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+# same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -91,6 +92,7 @@ def run(device: torch.device) -> None:
             print(f"rank {r}: {n} steps, finished; replicas equal what Join promises")
 
 
+# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:

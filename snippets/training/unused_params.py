@@ -11,6 +11,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+# same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
     """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
@@ -58,6 +59,15 @@ def differs_across_ranks(t: torch.Tensor) -> bool:
     return not all(torch.equal(gathered[0], g) for g in gathered)
 
 
+# same as snippets/ddp/train_torchrun.py:assert_replicas_equal
+def assert_replicas_equal(model: nn.Module) -> None:
+    """Every rank must hold bit-identical parameters after training."""
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    replicas = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(replicas, flat)
+    assert all(torch.equal(replicas[0], r) for r in replicas), "replicas diverged"
+
+
 # --8<-- [start:error]
 def without_find_unused(device: torch.device) -> str:
     model = wrap(device)
@@ -81,8 +91,7 @@ def train(model: DDP, device: torch.device, schedule: list[bool]) -> None:
         optimizer.zero_grad()
         step(model, device, use_extra)
         optimizer.step()
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    assert not differs_across_ranks(flat)  # replicas identical
+    assert_replicas_equal(model)
 
 
 def with_fixes(device: torch.device) -> None:

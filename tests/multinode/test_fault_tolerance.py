@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from launching import TORCHRUN, TRAIN_RESUMABLE, error_lines
+from launching import TORCHRUN, TRAIN_RESUMABLE_CHECK, error_lines
 from weights import assert_bit_identical, load_weights
 
 # As restart_resume.py and the page's #flaky-restarts: a fresh store per attempt, set for torchrun.
@@ -39,7 +39,7 @@ def test_worker_crash_on_one_host_restarts_both(bed, tmp_path, uninterrupted):
     agents restart their workers, which meet again through the rendezvous, resume from the step-10 snapshot
     and finish; the final weights equal those of an uninterrupted run at the same world size (2), bit for bit
     (restart_resume.py's comparison)."""
-    cmd = elastic_launch("fault", 29400, str(TRAIN_RESUMABLE), f"--snapshot={tmp_path / 'snapshot.pt'}")
+    cmd = elastic_launch("fault", 29400, str(TRAIN_RESUMABLE_CHECK), f"--snapshot={tmp_path / 'snapshot.pt'}")
     cmd += [f"--final={tmp_path / 'final.pt'}"]
     procs = {"node1": bed.start("node1", cmd, ENV), "node2": bed.start("node2", cmd, {**ENV, "FAIL_AT_STEP": "13"})}
     started = time.monotonic()
@@ -58,19 +58,15 @@ def test_worker_crash_on_one_host_restarts_both(bed, tmp_path, uninterrupted):
     assert_bit_identical(uninterrupted, load_weights(tmp_path / "final.pt"), after="the restart")
 
 
-# train_resumable.py, each step 0.5 s slower (a sleep before the fault-injection check), so that a host can be
-# killed mid-training; the program itself is unchanged.
+# train_resumable_check.py with no fault but a sleep of 0.5 s before each step, so that a host can be killed
+# mid-training; the programs themselves are unchanged.
 SLOW_TRAIN = f"""
 import sys, time
-sys.path.insert(0, {str(TRAIN_RESUMABLE.parent)!r})
-import train_resumable
-fault_if_asked = train_resumable.fault_if_asked
-def slowly(step, attempt):
-    time.sleep(0.5)
-    fault_if_asked(step, attempt)
-train_resumable.fault_if_asked = slowly
-sys.argv[0] = {str(TRAIN_RESUMABLE)!r}
-train_resumable.main()
+sys.path.insert(0, {str(TRAIN_RESUMABLE_CHECK.parent)!r})
+import train_resumable_check
+train_resumable_check.fault_if_asked = lambda step: time.sleep(0.5)
+sys.argv[0] = {str(TRAIN_RESUMABLE_CHECK)!r}
+train_resumable_check.main()
 """
 
 

@@ -16,7 +16,7 @@ from weights import assert_bit_identical, load_weights
 
 TORCHRUN_SCRIPT = "snippets/launch/slurm_train.sbatch"  # srun torchrun, one worker per GPU
 SRUN_SCRIPT = "snippets/launch/slurm_srun.sbatch"  # srun python env_vars.py, one task per GPU
-REQUEUE_SCRIPT = "snippets/launch/slurm_requeue.sbatch"  # srun torchrun train_resumable.py, requeued when warned
+REQUEUE_SCRIPT = "snippets/launch/slurm_requeue.sbatch"  # srun torchrun $TRAIN, requeued when warned
 CPU_NODES = ["--gpus-per-node=0"]  # overrides the scripts' `#SBATCH --gpus-per-node=8`
 
 
@@ -88,6 +88,7 @@ def test_requeued_job_resumes_bit_identical(cluster, tmp_path, uninterrupted, re
     World 2: with more ranks DDP's bucket rebuild makes a resumed run differ in the last bits
     (tests/test_resume_bits.py)."""
     env = {"NPROC_PER_NODE": "1", "SNAPSHOT_DIR": str(tmp_path / "snapshots"), "PREEMPT_AT_STEP": "3"}
+    env["TRAIN"] = "snippets/fault/train_resumable_check.py"  # the program with PREEMPT_AT_STEP
     job = cluster.sbatch([*CPU_NODES, REQUEUE_SCRIPT, f"--final={tmp_path / 'requeued.pt'}"], env=env, timeout=400)
     assert job.returncode == 0, f"{job}\n{cluster.logs()}"
 
