@@ -50,3 +50,33 @@ def test_the_manifest_says_what_the_processes_reported():
     assert runner.used([]) == {"backend": "none", "device": "CPU", "ranks": 1}
     nccl = [{"rank": r, "world_size": 2, "backend": "nccl", "device": "NVIDIA H100"} for r in range(2)]
     assert runner.used(nccl) == {"backend": "nccl", "device": "NVIDIA H100", "ranks": 2}
+
+
+def _procs():
+    import importlib.util
+
+    from guidekit import ROOT
+
+    spec = importlib.util.spec_from_file_location("_procs", ROOT / "snippets" / "launch" / "_procs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "gpus,nodes,per_node,expected",
+    [
+        (0, 2, 1, ["", ""]),  # CPU only: gloo
+        (1, 2, 1, ["", ""]),  # one GPU, two nodes: sharing it would put two NCCL ranks on it
+        (2, 2, 1, ["0", "1"]),
+        (3, 2, 2, ["", ""]),
+        (4, 2, 2, ["0,1", "2,3"]),
+        (8, 2, 2, ["0,1", "2,3"]),
+    ],
+)
+def test_simulated_nodes_never_share_a_gpu(gpus, nodes, per_node, expected):
+    """launch/two_nodes.py and launch/slurm_sim.py start nodes on one machine: each gets GPUs of its own, or none."""
+    visible = _procs().node_devices(gpus, nodes, per_node)
+    assert visible == expected
+    used = [gpu for v in visible if v for gpu in v.split(",")]
+    assert len(used) == len(set(used)), "two nodes see the same GPU"

@@ -1,4 +1,4 @@
-"""Helpers for the launch simulations: a free port, and running processes side by side."""
+"""Helpers for the launch simulations: a free port, each simulated node's GPUs, running processes side by side."""
 
 import os
 import signal
@@ -12,6 +12,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def node_devices(gpus: int, nodes: int, per_node: int) -> list[str]:
+    """CUDA_VISIBLE_DEVICES for each simulated node. Real nodes each have their own GPUs; nodes simulated on one
+    machine must not share one (NCCL refuses two ranks on one GPU), so each gets its own, or none when there are
+    too few: then every rank falls back to gloo on CPU."""
+    if gpus >= nodes * per_node:
+        return [",".join(str(node * per_node + i) for i in range(per_node)) for node in range(nodes)]
+    return [""] * nodes
+
+
+def describe_devices(visible: list[str]) -> str:
+    if all(visible):
+        return "each node has its own GPUs: " + ", ".join(f"node {n}: {v}" for n, v in enumerate(visible))
+    return "too few GPUs for a GPU of its own per rank: every node runs gloo on CPU"
 
 
 def run_together(commands: list[list[str]], envs: list[dict], timeout_s: float) -> list[str]:

@@ -10,7 +10,8 @@ import re
 import sys
 from pathlib import Path
 
-from _procs import free_port, run_together
+import torch
+from _procs import describe_devices, free_port, node_devices, run_together
 from env_vars import first_host, tasks_on_node
 
 assert first_host("gpu[07-08,11],cpu1") == "gpu07"  # zero padding kept
@@ -29,6 +30,8 @@ common = {  # what srun sets the same in every task
     "OMP_NUM_THREADS": "1",
 }
 base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "RANK")}
+visible = node_devices(torch.cuda.device_count(), nodes, tasks_per_node)  # simulated nodes share no GPU
+print(describe_devices(visible))
 envs = [
     dict(
         base,
@@ -36,6 +39,7 @@ envs = [
         SLURM_PROCID=str(node * tasks_per_node + local),
         SLURM_NODEID=str(node),
         SLURM_LOCALID=str(local),
+        CUDA_VISIBLE_DEVICES=visible[node],
     )
     for node in range(nodes)
     for local in range(tasks_per_node)

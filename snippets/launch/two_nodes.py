@@ -10,7 +10,8 @@ import re
 import sys
 from pathlib import Path
 
-from _procs import free_port, run_together
+import torch
+from _procs import describe_devices, free_port, node_devices, run_together
 
 port = free_port()  # the rendezvous endpoint's port (on a cluster: a fixed one, e.g. 29400)
 node_command = [
@@ -26,8 +27,11 @@ node_command = [
     "--max-restarts=0",
     str(Path(__file__).with_name("env_vars.py")),  # the training script
 ]
-env = dict(os.environ, OMP_NUM_THREADS="1")
-outputs = run_together([node_command, node_command], [env, env], timeout_s=150)
+# Two nodes on one machine must not share a GPU: each gets its own, or both run on CPU.
+visible = node_devices(torch.cuda.device_count(), nodes=2, per_node=1)
+print(describe_devices(visible))
+envs = [dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=v) for v in visible]
+outputs = run_together([node_command, node_command], envs, timeout_s=150)
 # --8<-- [end:launch]
 
 # --8<-- [start:check]
