@@ -17,7 +17,7 @@ VERSION = re.compile(r"(?:torch|PyTorch|파이토치)\s*v?(2\.\d+)(?:\.\d+)?(?![
 # Words that make a version part of a history ("since 2.6"), not a claim about today's torch.
 HISTORY = re.compile(
     r"since|from|until|up to|before|after|older|earlier|later|newer|introduced|added|removed|changed|fixed|deprecat"
-    r"|moved|renamed|default(?:s|ed)? (?:to|from)|released|부터|까지|이전|이후|전에는|추가|도입|제거|바뀌|바꾸|고쳐|폐기|옮겨|기본값이 되",
+    r"|moved|renamed|default(?:s|ed)? (?:to|from)|released|부터|까지|이전|이후|전에는|예전|추가|도입|제거|바뀌|바꾸|고쳐|폐기|옮겨|기본값이 되",
     re.IGNORECASE,
 )
 
