@@ -27,7 +27,7 @@ from guidekit.pages import DOCS, HEADING, HEADING_ID, outside_fences
 PAGE = "errors.md"
 KINDS = ("recorded", "asserted", "quoted")
 MARK = re.compile(r"^<!--\s*error:\s*(?P<body>.*?)\s*-->\s*$")
-GITHUB_BLOB = "https://github.com/multi-gpu-pytorch/guide/blob/main/"
+REPO = "repo:"  # links to this repository's files (guidekit.pages.repo_links)
 LINK = re.compile(r"\]\((?P<url>[^)\s]+)\)")
 
 

@@ -170,6 +170,24 @@ def mkdocs_setting(key: str, root: Path = ROOT) -> str:
     return re.search(rf"^{key}:\s*(\S+)", (root / "mkdocs.yml").read_text(encoding="utf-8"), re.M).group(1)
 
 
+# Pages link the repository through one setting (mkdocs.yml's repo_url): `repo:snippets/x.py` is a file on main,
+# `repo:snippets/x/` a folder, `repo:#readme` the README, `repo:.git` the clone address (inside code too).
+REPO_LINK = re.compile(r"(?<![\w/:])repo:(?P<path>[\w./#-]*)")
+
+
+def repo_address(path: str, repo_url: str) -> str:
+    """What `repo:<path>` stands for, given the repository's address."""
+    repo = repo_url.rstrip("/")
+    if not path or path.startswith(("#", ".git")):
+        return repo + path
+    return f"{repo}/{'tree' if path.endswith('/') else 'blob'}/main/{path.rstrip('/')}"
+
+
+def repo_links(markdown: str, repo_url: str) -> str:
+    """Every `repo:` reference of a page as the repository's address."""
+    return REPO_LINK.sub(lambda m: repo_address(m["path"], repo_url), markdown)
+
+
 def site_path(root: Path = ROOT) -> str:
     """The path the site is published under (site_url in mkdocs.yml), e.g. '/guide'."""
     return urlsplit(mkdocs_setting("site_url", root)).path.rstrip("/")

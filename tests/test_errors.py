@@ -7,7 +7,7 @@ import pytest
 from searchbox import run_query, search_pages
 
 from guidekit import ROOT
-from guidekit.errors import GITHUB_BLOB, PAGE, entries, page_entries, parse_mark
+from guidekit.errors import PAGE, REPO, entries, page_entries, parse_mark
 from guidekit.outputs import recorded_lines, recording_path
 from guidekit.pages import LANGS, headings, site_path, url_path
 
@@ -56,7 +56,9 @@ def test_reproduced_message_is_what_the_snippet_produces(entry_id):
     assert entry.checked in where_found(entry), f"{entry.checked!r} not in what {entry.snippet} {entry.kind}"
 
 
-@pytest.mark.parametrize("entry_id", [e.id for e in ENTRIES["ko"] if e.source and not e.source.startswith("http")])
+@pytest.mark.parametrize(
+    "entry_id", [e.id for e in ENTRIES["ko"] if e.source and not e.source.startswith(("http", REPO))]
+)
 def test_message_is_in_the_torch_source(entry_id):
     entry = by_id("ko")[entry_id]
     source = TORCH.parent / entry.source
@@ -71,14 +73,16 @@ def test_entry_links_its_section_and_program(lang, entry_id):
     entry = by_id(lang)[entry_id]
     sections = [u for u in entry.links if "://" not in u and ".md#" in u]
     assert sections, f"{entry_id}: no link to the page section that explains it"
-    ours = [u.removeprefix(GITHUB_BLOB) for u in entry.links if u.startswith(GITHUB_BLOB)]
+    ours = [u.removeprefix(REPO) for u in entry.links if u.startswith(REPO)]
     for path in ours:
-        assert (ROOT / path).is_file(), f"{entry_id}: links {GITHUB_BLOB}{path}, no such file"
+        assert (ROOT / path).is_file(), f"{entry_id}: links {REPO}{path}, no such file"
     if entry.snippet:
         assert entry.snippet in ours, f"{entry_id}: no link to {entry.snippet}"
     if entry.source:
         github = (
-            entry.source if "://" in entry.source else f"https://github.com/pytorch/pytorch/blob/main/{entry.source}"
+            entry.source
+            if "://" in entry.source or entry.source.startswith(REPO)
+            else f"https://github.com/pytorch/pytorch/blob/main/{entry.source}"
         )
         assert github in entry.links, f"{entry_id}: no link to its source {github}"
 

@@ -25,6 +25,26 @@
       pp: "Pipeline-parallel size (PP)",
       unit: "Parameters of the largest FSDP unit",
       unitHint: "e.g. one transformer block: 202M in Llama 2 7B",
+      batch: "Micro-batch per GPU (sequences)",
+      seq: "Sequence length (tokens)",
+      hidden: "Hidden size (d)",
+      layers: "Transformer blocks (L)",
+      heads: "Attention heads (h)",
+      vocab: "Vocabulary (V)",
+      ac: "Activation checkpointing",
+      acNone: "none",
+      acFull: "every block (use_reentrant=False)",
+      dropout: "Dropout in the blocks (GPT-2 style)",
+      activations: "Activations saved for backward",
+      recompute: "One block recomputed in backward (transient)",
+      copies: "autocast's bf16 copies of the weights",
+      backwardBuffers: "Backward: unsharded gradients + reduce-scatter buffer",
+      actBlock: "per block",
+      actTop: "last norm, head, loss",
+      actInputs: "block inputs only",
+      actTp: "÷ TP (sequence parallelism assumed)",
+      copiesNote: "≈ Ψ × 2 B: one per matmul weight, kept from forward to backward",
+      gradBuffersNote: "1 unit each, while it is reduced",
       bucketView: "DDP with gradient_as_bucket_view=True",
       item: "",
       formula: "formula",
@@ -35,20 +55,24 @@
       states: "Training state (sum)",
       gathered: "All-gathered parameters (transient)",
       buckets: "DDP gradient buckets",
-      peak: "With the transient buffers",
+      peak: "Sum: an upper bound on the peak",
       gpus: "GPUs",
       perParam: "Bytes per parameter before splitting",
       twoUnits: "2 units: the one computing and the next, prefetched",
       allUnits: "every unit, kept from forward to backward",
       bucketViews: "0: the gradients are views into the buckets",
       zero: "ZeRO §3.1 counts 2 + 2 + 12 = 16 B for mixed-precision Adam",
-      notCounted: "Not counted: activations, the CUDA context, NCCL buffers, allocator fragmentation.",
+      notCounted: "Not counted: the CUDA context, NCCL's buffers, the allocator's fragmentation, temporaries inside one operation.",
       invalid: "Check the inputs: ",
       grad: "Gradient size (MiB)",
       gradHint: "parameters × 4 B for fp32 gradients",
       bucket: "Bucket cap, bucket_cap_mb (MiB)",
       first: "First bucket cap (MiB)",
       firstHint: "1 MiB while bucket_cap_mb is left at its default",
+      embed: "Largest parameter of the first layers (MiB)",
+      embedHint: "reduced last: e.g. the token embedding, V × d × 4 B; 0 if small",
+      backward: "Backward's share of the compute time (%)",
+      backwardHint: "only the backward pass can hide the all-reduce; about 2/3 of forward + backward",
       link: "Link",
       custom: "your own figure",
       rate: "Link rate per direction (GB/s)",
@@ -60,9 +84,9 @@
       busbw: "busbw",
       bucketList: "Buckets",
       comm: "All-reduce per step",
-      last: "Last bucket",
+      last: "Last bucket (the first layers)",
       noOverlap: "Step, no overlap",
-      overlap: "Step, full overlap",
+      overlap: "Step, overlapped with backward (best case)",
       speedup: "Speed-up over one GPU",
       efficiency: "Scaling efficiency",
       noOvShort: "no overlap",
@@ -71,7 +95,21 @@
       fCompute: "compute",
       fStep: "step",
       fLast: "last",
+      fForward: "forward + optimizer",
+      fBackward: "backward",
       bucketRule: (first, cap) => `first ≤ ${first} MiB, then ≤ ${cap} MiB each`,
+      lastRule: (embed) => `the last one also holds the first layers' ${embed} MiB`,
+      problems: {
+        empty: () => "Required.",
+        number: (r) => `Not a number: digits, with k, M, B or T if you like${r.unit ? `, and ${r.unit}` : ""}; e.g. ${r.example}.`,
+        unit: (r) => (r.unit ? `Only ${r.unit} here, e.g. ${r.example}.` : `A number without a unit, e.g. ${r.example}.`),
+        negative: () => "Must not be negative.",
+        integer: (r) => `A whole number, e.g. ${r.example}.`,
+        min: (r) => (r.above !== undefined ? `Must be more than ${r.above}.` : `At least ${r.min}.`),
+        max: (r) => `At most ${r.max.toLocaleString("en")}${r.unit ? ` ${r.unit}` : ""}.`,
+        buckets: (n) => `That makes ${n.toLocaleString("en")} buckets, more than 100,000: raise the cap.`,
+        embedTooBig: () => "Larger than the whole gradient.",
+      },
       nodes: "Nodes",
       gpn: "GPUs per node",
       launcher: "Launcher",
@@ -108,6 +146,26 @@
       pp: "파이프라인 병렬 크기(PP)",
       unit: "가장 큰 FSDP 단위의 파라미터 수",
       unitHint: "예: 트랜스포머 블록 하나, Llama 2 7B에서 202M",
+      batch: "GPU당 마이크로배치(시퀀스 수)",
+      seq: "시퀀스 길이(토큰)",
+      hidden: "은닉 크기(d)",
+      layers: "트랜스포머 블록 수(L)",
+      heads: "어텐션 헤드 수(h)",
+      vocab: "어휘 크기(V)",
+      ac: "활성값 체크포인팅",
+      acNone: "안 함",
+      acFull: "모든 블록(use_reentrant=False)",
+      dropout: "블록 안의 드롭아웃(GPT-2 방식)",
+      activations: "역전파용으로 저장되는 활성값",
+      recompute: "역전파 중 다시 계산하는 블록 하나(일시적)",
+      copies: "autocast가 만드는 가중치의 bf16 사본",
+      backwardBuffers: "역전파: 샤딩 전 기울기 + reduce-scatter 버퍼",
+      actBlock: "블록마다",
+      actTop: "마지막 정규화, 헤드, 손실",
+      actInputs: "블록 입력만",
+      actTp: "÷ TP(시퀀스 병렬화를 쓴다고 가정)",
+      copiesNote: "≈ Ψ × 2 B: 행렬곱 가중치마다 하나, 순전파부터 역전파까지 유지",
+      gradBuffersNote: "리듀스하는 동안 각각 단위 1개",
       bucketView: "DDP에 gradient_as_bucket_view=True 지정",
       item: "",
       formula: "식",
@@ -118,20 +176,24 @@
       states: "학습 상태 합계",
       gathered: "all-gather한 파라미터(일시적)",
       buckets: "DDP 기울기 버킷",
-      peak: "일시 버퍼까지 더한 값",
+      peak: "합계: 최댓값의 상한",
       gpus: "GPU 수",
       perParam: "나누기 전 파라미터당 바이트",
       twoUnits: "단위 2개: 계산 중인 것과 미리 모아 두는 다음 것",
       allUnits: "모든 단위, 순전파부터 역전파까지 유지",
       bucketViews: "0: 기울기가 버킷의 뷰(view)",
       zero: "ZeRO 3.1절은 혼합 정밀도 Adam을 2 + 2 + 12 = 16 B로 셉니다",
-      notCounted: "빠진 것: 활성값, CUDA 컨텍스트, NCCL 버퍼, 메모리 할당기의 단편화.",
+      notCounted: "빠진 것: CUDA 컨텍스트, NCCL 버퍼, 메모리 할당기의 단편화, 연산 하나 안의 임시 텐서.",
       invalid: "입력을 확인하세요: ",
       grad: "기울기 크기(MiB)",
       gradHint: "fp32 기울기라면 파라미터 수 × 4 B",
       bucket: "버킷 상한 bucket_cap_mb(MiB)",
       first: "첫 버킷 상한(MiB)",
       firstHint: "bucket_cap_mb를 기본값으로 두면 1 MiB",
+      embed: "첫 층들의 가장 큰 파라미터(MiB)",
+      embedHint: "가장 나중에 리듀스됨: 예컨대 토큰 임베딩 V × d × 4 B, 작으면 0",
+      backward: "계산 시간 중 역전파 비율(%)",
+      backwardHint: "올리듀스를 숨길 수 있는 것은 역전파뿐입니다. 순전파 + 역전파의 약 2/3",
       link: "연결",
       custom: "직접 입력",
       rate: "방향당 링크 속도(GB/s)",
@@ -143,9 +205,9 @@
       busbw: "busbw",
       bucketList: "버킷",
       comm: "스텝당 올리듀스",
-      last: "마지막 버킷",
+      last: "마지막 버킷(첫 층들)",
       noOverlap: "스텝, 겹침 없음",
-      overlap: "스텝, 완전 겹침",
+      overlap: "스텝, 역전파와 겹칠 때(최선)",
       speedup: "GPU 1개 대비 속도 향상",
       efficiency: "확장 효율",
       noOvShort: "겹침 없음",
@@ -154,7 +216,21 @@
       fCompute: "계산",
       fStep: "스텝",
       fLast: "마지막",
+      fForward: "순전파 + 옵티마이저",
+      fBackward: "역전파",
       bucketRule: (first, cap) => `첫 버킷 ≤ ${first} MiB, 나머지 각각 ≤ ${cap} MiB`,
+      lastRule: (embed) => `마지막 버킷에는 첫 층들의 ${embed} MiB도 들어감`,
+      problems: {
+        empty: () => "값을 넣으세요.",
+        number: (r) => `숫자가 아닙니다. 숫자에 k, M, B, T를 붙여도 됩니다${r.unit ? `(단위 ${r.unit}도 가능)` : ""}. 예: ${r.example}`,
+        unit: (r) => (r.unit ? `여기에는 ${r.unit}만 씁니다. 예: ${r.example}` : `단위 없이 숫자만 씁니다. 예: ${r.example}`),
+        negative: () => "음수는 안 됩니다.",
+        integer: (r) => `정수를 넣으세요. 예: ${r.example}`,
+        min: (r) => (r.above !== undefined ? `${r.above}보다 커야 합니다.` : `${r.min} 이상이어야 합니다.`),
+        max: (r) => `${r.max.toLocaleString("ko")}${r.unit ? ` ${r.unit}` : ""} 이하여야 합니다.`,
+        buckets: (n) => `버킷이 ${n.toLocaleString("ko")}개로 100,000개를 넘습니다. 상한을 올리세요.`,
+        embedTooBig: () => "기울기 전체보다 큽니다.",
+      },
       nodes: "노드 수",
       gpn: "노드당 GPU 수",
       launcher: "실행 방식",
@@ -210,11 +286,18 @@
     control.id = id;
     const wrap = el("div", { class: "calc-field" }, el("label", { for: id, text: label }), control);
     if (hint) wrap.append(el("small", { text: hint }));
+    if (RULES[id]) {
+      // what is wrong with the value, beside the field; the page's stylesheet greys every <small>, so colour it here
+      const problem = el("small", { id: `${id}-problem`, class: "calc-problem", role: "alert", hidden: "" });
+      problem.style.color = "var(--md-typeset-del-color, #d32f2f)";
+      problem.style.fontWeight = "700";
+      wrap.append(problem);
+    }
     return wrap;
   }
 
-  function input(value, type = "text") {
-    return el("input", { type, value: String(value), autocomplete: "off", spellcheck: "false" });
+  function input(value, mode = "decimal") {
+    return el("input", { type: "text", inputmode: mode, value: String(value), autocomplete: "off", spellcheck: "false" });
   }
 
   function select(options, chosen) {
@@ -232,6 +315,34 @@
     return el("div", { class: "calc-field calc-check" }, box, el("label", { for: id, text: label }));
   }
 
+  // What each field accepts: a range, whole numbers or not, and the one unit that may follow the number.
+  // min is inclusive, above exclusive; max keeps the pages responsive (7B typed into a MiB field is 7e9 MiB).
+  const RULES = {
+    "mem-params": { min: 1, max: 1e15, example: "7B" },
+    "mem-dp": { integer: true, min: 1, max: 1e6, example: "8" },
+    "mem-tp": { integer: true, min: 1, max: 1e6, example: "1" },
+    "mem-pp": { integer: true, min: 1, max: 1e6, example: "1" },
+    "mem-unit": { min: 1, max: 1e15, example: "202M" },
+    "mem-batch": { integer: true, min: 1, max: 1e6, example: "1" },
+    "mem-seq": { integer: true, min: 1, max: 1e8, example: "4096" },
+    "mem-hidden": { integer: true, min: 1, max: 1e6, example: "4096" },
+    "mem-layers": { integer: true, min: 1, max: 1e5, example: "32" },
+    "mem-heads": { integer: true, min: 1, max: 1e5, example: "32" },
+    "mem-vocab": { integer: true, min: 1, max: 1e8, example: "32000" },
+    "step-grad": { above: 0, max: 1e8, unit: "MiB", example: "1024" },
+    "step-bucket": { above: 0, max: 1e6, unit: "MiB", example: "25" },
+    "step-first": { above: 0, max: 1e6, unit: "MiB", example: "1" },
+    "step-embed": { min: 0, max: 1e8, unit: "MiB", example: "147" },
+    "step-rate": { above: 0, max: 1e5, unit: "GB/s", exactCase: true, example: "450" }, // not Gb/s
+    "step-eff": { above: 0, max: 100, unit: "%", example: "80" },
+    "step-world": { integer: true, min: 1, max: 1e6, example: "8" },
+    "step-compute": { min: 0, max: 1e7, unit: "ms", example: "200" },
+    "step-backward": { min: 0, max: 100, unit: "%", example: "67" },
+    "launch-nodes": { integer: true, min: 1, max: 1e5, example: "2" },
+    "launch-gpus": { integer: true, min: 1, max: 1024, example: "8" },
+    "launch-script-path": { text: true },
+  };
+
   // "7B", "1.5e9", "202M", "33,672" -> a number; NaN when it is not one.
   function count(text) {
     const match = String(text)
@@ -242,14 +353,45 @@
     return parseFloat(match[1]) * scale;
   }
 
-  function positive(text) {
-    const value = count(text);
-    return value > 0 ? value : NaN;
+  // One field's text against its rule: { value } or { problem } (a key of TEXT.problems).
+  function parse(text, rule) {
+    let s = String(text).trim();
+    if (!s) return { problem: "empty" };
+    if (rule.text) return { value: s };
+    const ends = rule.exactCase ? s.endsWith(rule.unit) : rule.unit && s.toLowerCase().endsWith(rule.unit.toLowerCase());
+    if (ends) s = s.slice(0, -rule.unit.length).trim();
+    if (/^[-−]/.test(s)) return { problem: "negative" };
+    const value = count(s);
+    if (Number.isNaN(value)) return { problem: /^[\d.,_\s]+(e[+-]?\d+)?[kmgbt]?\s*\S/i.test(s) ? "unit" : "number" };
+    if (!Number.isFinite(value) || value > rule.max) return { problem: "max" };
+    if (rule.integer && !Number.isInteger(value)) return { problem: "integer" };
+    if (rule.above !== undefined ? value <= rule.above : value < rule.min) return { problem: "min" };
+    return { value };
   }
 
-  function integer(text) {
-    const value = count(text);
-    return Number.isInteger(value) && value >= 1 ? value : NaN;
+  // Reads fields by id, shows each one's problem beside it; returns { values, problems (labels) }.
+  function readFields(controls, labels) {
+    const values = {};
+    const problems = [];
+    for (const [key, control] of Object.entries(controls)) {
+      if (!RULES[control.id] || control.disabled) continue;
+      const rule = RULES[control.id];
+      const result = parse(control.value, rule);
+      values[key] = result.value;
+      flag(control, result.problem && t("problems")[result.problem](rule));
+      if (result.problem) problems.push(labels[key]);
+    }
+    return { values, problems };
+  }
+
+  // Shows (or clears) a message beside a field.
+  function flag(control, message) {
+    const problem = document.getElementById(`${control.id}-problem`);
+    if (!problem) return;
+    problem.textContent = message || "";
+    problem.hidden = !message;
+    if (message) control.setAttribute("aria-invalid", "true");
+    else control.removeAttribute("aria-invalid");
   }
 
   const number = (x, digits = 0) =>
@@ -284,8 +426,30 @@
   }
 
   // ---- memory per GPU ---------------------------------------------------------------------------
-  // Model: the parallelism page (#memory-model, #reshard-after-forward), after ZeRO §3.1.
-  function memory(psi, precision, optimizer, layout, dp, tp, pp, unit, bucketView) {
+  // Model: the parallelism page (#memory-model, #reshard-after-forward), after ZeRO §3.1; activations: the count of
+  // the large-model memory page, activation_bytes() in snippets/large_models/memory_breakdown.py.
+
+  // Bytes one forward of a GPT-style block stack saves for backward (memory_breakdown.py's activation_bytes()).
+  // residual: bytes per element of the residual stream (the LayerNorms' inputs); compute: of what the matmuls, the
+  // attention and GELU save; stats: of LayerNorm's mean and rstd; mask: of a dropout mask (0: no dropout).
+  function activationBytes(tokens, hidden, heads, layers, vocab, residual, compute, stats, mask, checkpointing) {
+    const d = hidden;
+    let block = tokens * (2 * residual * d + 14 * compute * d + 4 * stats + 4 * heads + 2 * mask * d);
+    if (checkpointing) block = tokens * residual * d; // only the block's input; the rest is recomputed in backward
+    const top = tokens * (residual * d + 2 * stats + compute * d + 4 * vocab); // last norm, head input, log-softmax
+    return layers * block + top + 2 * 8 * tokens + 4; // + int64 token ids and targets, the loss's weight sum
+  }
+
+  // Element sizes of the activations: autocast keeps the residual stream in fp32 and computes the matmuls in bf16;
+  // FSDP2's MixedPrecisionPolicy(param_dtype=bf16) computes everything in bf16. Statistics are fp32 on a GPU, and
+  // dropout keeps a 1-byte mask there (the CUDA kernel's bool mask).
+  function activationTypes(precision, layout) {
+    if (precision === "fp32") return { residual: 4, compute: 4 };
+    if (precision === "amp" && layout === "ddp") return { residual: 4, compute: 2 };
+    return { residual: 2, compute: 2 };
+  }
+
+  function memory(psi, precision, optimizer, layout, dp, tp, pp, unit, bucketView, act) {
     const p = PRECISION[precision];
     const k = STATES[optimizer];
     const fsdp = layout !== "ddp";
@@ -293,11 +457,24 @@
     const weights = (psi * p.w) / split;
     const grads = (psi * p.g) / split;
     const optState = (psi * k * p.s) / split;
-    let transient;
+    let transient; // DDP: the gradient buckets; FSDP2: the all-gathered parameters
     if (layout === "fsdpTrue") transient = (2 * unit * p.gather) / tp;
     else if (layout === "fsdpFalse") transient = (psi * p.gather) / (tp * pp);
     else transient = bucketView ? 0 : (psi * p.g) / (tp * pp);
-    return { weights, grads, optState, states: weights + grads + optState, transient, peak: weights + grads + optState + transient };
+    // FSDP2's backward: a unit's unsharded gradients (param_dtype) and its reduce-scatter input (reduce_dtype, fp32
+    // unless everything is bf16), one unit each (set_reduce_scatter_max_input_buffers: 1 in flight by default)
+    const backwardBuffers = fsdp ? (unit * (p.gather + p.g)) / tp : 0;
+    // autocast under DDP keeps a bf16 copy of every matmul weight from forward to backward
+    const copies = layout === "ddp" && precision === "amp" ? (psi * 2) / (tp * pp) : 0;
+    const types = activationTypes(precision, layout);
+    const count = (checkpointing) =>
+      activationBytes(act.tokens, act.hidden, act.heads, act.layers, act.vocab, types.residual, types.compute, 4, act.dropout ? 1 : 0, checkpointing) / tp;
+    const activations = count(act.checkpointing);
+    // with checkpointing, backward recomputes one block at a time: one block's full activations on top
+    const recompute = act.checkpointing ? (count(false) - count(true)) / act.layers : 0;
+    const states = weights + grads + optState;
+    const peak = states + transient + backwardBuffers + copies + activations + recompute;
+    return { weights, grads, optState, states, transient, backwardBuffers, copies, activations, recompute, peak, types };
   }
 
   function buildMemory(root) {
@@ -306,12 +483,20 @@
       precision: select(["fp32", "amp", "bf16"].map((v) => [v, t(v)]), "amp"),
       optimizer: select(["sgd", "momentum", "adam"].map((v) => [v, t(v)]), "adam"),
       layout: select(["ddp", "fsdpTrue", "fsdpFalse"].map((v) => [v, t(v)]), "fsdpTrue"),
-      dp: input(8, "number"),
-      tp: input(1, "number"),
-      pp: input(1, "number"),
+      dp: input(8),
+      tp: input(1),
+      pp: input(1),
       unit: input("202M"),
+      batch: input(1),
+      seq: input(4096),
+      hidden: input(4096),
+      layers: input(32),
+      heads: input(32),
+      vocab: input(32000),
+      ac: select([["none", t("acNone")], ["full", t("acFull")]], "none"),
     };
     const view = checkbox("mem-bucket-view", t("bucketView"));
+    const drop = checkbox("mem-dropout", t("dropout"));
     const form = el(
       "div",
       { class: "calc-form" },
@@ -324,28 +509,44 @@
       field("mem-pp", t("pp"), f.pp),
       field("mem-unit", t("unit"), f.unit, t("unitHint")),
       view,
+      field("mem-batch", t("batch"), f.batch),
+      field("mem-seq", t("seq"), f.seq),
+      field("mem-hidden", t("hidden"), f.hidden),
+      field("mem-layers", t("layers"), f.layers),
+      field("mem-heads", t("heads"), f.heads),
+      field("mem-vocab", t("vocab"), f.vocab),
+      field("mem-ac", t("ac"), f.ac),
+      drop,
     );
     const out = el("div", { class: "calc-output", id: "mem-output", "aria-live": "polite" });
     root.append(form, out);
     const box = view.querySelector("input");
+    const dropBox = drop.querySelector("input");
 
     function update() {
-      const psi = positive(f.params.value);
-      const [dp, tp, pp] = [f.dp, f.tp, f.pp].map((x) => integer(x.value));
       const layout = f.layout.value;
-      const unit = layout === "fsdpTrue" ? positive(f.unit.value) : 0;
-      f.unit.disabled = layout !== "fsdpTrue";
+      f.unit.disabled = layout === "ddp";
       box.disabled = layout !== "ddp";
-      const problems = [];
-      if (Number.isNaN(psi)) problems.push(t("params"));
-      for (const [key, value] of [["dp", dp], ["tp", tp], ["pp", pp]]) if (Number.isNaN(value)) problems.push(t(key));
-      if (Number.isNaN(unit)) problems.push(t("unit"));
+      if (f.unit.disabled) flag(f.unit, "");
+      const labels = Object.fromEntries(Object.keys(f).map((key) => [key, t(key)]));
+      const { values: v, problems } = readFields(f, labels);
       show(out, problems, () => {
         const precision = f.precision.value;
         const optimizer = f.optimizer.value;
         const p = PRECISION[precision];
         const k = STATES[optimizer];
-        const m = memory(psi, precision, optimizer, layout, dp, tp, pp, unit, box.checked);
+        const { params: psi, dp, tp, pp } = v;
+        const unit = layout === "ddp" ? 0 : Math.min(v.unit, psi); // no unit is larger than the model
+        const act = {
+          tokens: v.batch * v.seq,
+          hidden: v.hidden,
+          heads: v.heads,
+          layers: v.layers,
+          vocab: v.vocab,
+          checkpointing: f.ac.value === "full",
+          dropout: dropBox.checked,
+        };
+        const m = memory(psi, precision, optimizer, layout, dp, tp, pp, unit, box.checked, act);
         const fsdp = layout !== "ddp";
         const div = fsdp ? "(DP·TP·PP)" : "(TP·PP)";
         const divNum = fsdp ? `(${dp}·${tp}·${pp})` : `(${tp}·${pp})`;
@@ -357,6 +558,7 @@
           row("opt", t("optState"), `Ψ × ${k} × ${p.s} B / ${div} = ${psiText} × ${k * p.s} / ${divNum}`, m.optState),
           row("states", t("states"), `${t("weights")} + ${t("grads")} + ${t("optState")}`, m.states),
         ];
+        const sum = [t("states")];
         if (layout === "fsdpTrue") {
           rows.push(row("transient", t("gathered"), `2 × ${number(unit)} × ${p.gather} B / ${tp}: ${t("twoUnits")}`, m.transient));
         } else if (layout === "fsdpFalse") {
@@ -365,7 +567,30 @@
           const formula = box.checked ? t("bucketViews") : `Ψ × ${p.g} B / (TP·PP)`;
           rows.push(row("transient", t("buckets"), formula, m.transient));
         }
-        rows.push(row("peak", t("peak"), `${t("states")} + ${rows[4][0]}`, m.peak));
+        sum.push(rows[4][0]);
+        if (fsdp) {
+          const formula = `${number(unit)} × (${p.gather} + ${p.g}) B / ${tp}: ${t("gradBuffersNote")}`;
+          rows.push(row("backward", t("backwardBuffers"), formula, m.backwardBuffers));
+          sum.push(t("backwardBuffers"));
+        }
+        if (m.copies) {
+          rows.push(row("copies", t("copies"), `${t("copiesNote")} / (TP·PP)`, m.copies));
+          sum.push(t("copies"));
+        }
+        const { residual: r, compute: c } = m.types;
+        const n = `n = ${number(v.batch)} × ${number(v.seq)} = ${number(act.tokens)}`;
+        const top = `${t("actTop")}: n·(${r + c}·d + 4·V + 24) + 4`;
+        const perBlock = act.checkpointing
+          ? `${t("actInputs")}: n·${r}·d`
+          : `n·(${2 * r + 14 * c}·d + 16 + 4·h${act.dropout ? " + 2·d" : ""})`;
+        const tpNote = tp > 1 ? `; ${t("actTp")}` : "";
+        rows.push(row("activations", t("activations"), `${n}; L × ${t("actBlock")} ${perBlock}; ${top}${tpNote}`, m.activations));
+        sum.push(t("activations"));
+        if (act.checkpointing) {
+          rows.push(row("recompute", t("recompute"), `n·(${2 * r + 14 * c}·d + 16 + 4·h${act.dropout ? " + 2·d" : ""}) − n·${r}·d`, m.recompute));
+          sum.push(t("recompute"));
+        }
+        rows.push(row("peak", t("peak"), sum.join(" + "), m.peak));
         const perParam = p.w + p.g + k * p.s;
         out.append(
           table([t("item"), t("formula"), t("perGpu")], rows),
@@ -384,10 +609,15 @@
   }
 
   // ---- DDP step time ----------------------------------------------------------------------------
-  // Model: the performance page (#performance-model), predict() in snippets/benchmark/ddp_benchmark.py.
-  function bucketsOf(total, cap, first) {
+  // Model: the performance page (#performance-model), predict() in snippets/benchmark/ddp_benchmark.py, with two
+  // corrections: only the backward pass hides communication, and the last bucket holds the first layers.
+
+  // DDP fills buckets in the order gradients become ready (last layers first) and closes one once it reaches the cap;
+  // the first layers come last, so their largest parameter (`lastParam`, e.g. the token embedding) joins the last,
+  // still open bucket, however large it is.
+  function bucketsOf(total, cap, first, lastParam = 0) {
     const out = [];
-    let left = total;
+    let left = total - lastParam;
     if (left > 0) {
       out.push(Math.min(first, left));
       left -= out[0];
@@ -396,18 +626,26 @@
       out.push(Math.min(cap, left));
       left -= out[out.length - 1];
     }
+    if (lastParam > 0) {
+      const limit = out.length === 1 ? first : cap;
+      if (out.length && out[out.length - 1] < limit) out[out.length - 1] += lastParam;
+      else out.push(lastParam);
+    }
     return out;
   }
 
-  function stepTime(gradBytes, capBytes, firstBytes, busbw, world, compute) {
-    const buckets = bucketsOf(gradBytes, capBytes, firstBytes);
+  function stepTime(gradBytes, capBytes, firstBytes, lastBytes, busbw, world, compute, backwardShare) {
+    const buckets = bucketsOf(gradBytes, capBytes, firstBytes, lastBytes);
     const ring = (2 * (world - 1)) / world;
     const times = world === 1 ? [] : buckets.map((b) => ((ring * b) / (busbw * 1e9)) * 1e3);
     const comm = times.reduce((a, b) => a + b, 0);
     const last = times.length ? times[times.length - 1] : 0;
     const noOverlap = compute + comm;
-    const overlap = world === 1 ? compute : Math.max(compute, comm - last) + last;
-    return { buckets, ring, comm, last, noOverlap, overlap };
+    // buckets are reduced while backward runs; forward and the optimizer step hide nothing; the last bucket is
+    // ready only when backward ends
+    const backward = (compute * backwardShare) / 100;
+    const overlap = world === 1 ? compute : compute - backward + Math.max(backward, comm - last) + last;
+    return { buckets, ring, comm, last, noOverlap, overlap, backward };
   }
 
   function describeBuckets(buckets) {
@@ -425,11 +663,13 @@
       grad: input(1024),
       bucket: input(25),
       first: input(1),
+      embed: input(0),
       link: select([...LINKS.map((l, i) => [String(i), `${l.name}: ${l.rate} GB/s`]), ["custom", t("custom")]], "0"),
       rate: input(LINKS[0].rate),
       eff: input(LINK_EFFICIENCY),
-      world: input(8, "number"),
+      world: input(8),
       compute: input(200),
+      backward: input(67),
     };
     const form = el(
       "div",
@@ -437,11 +677,13 @@
       field("step-grad", t("grad"), f.grad, t("gradHint")),
       field("step-bucket", t("bucket"), f.bucket),
       field("step-first", t("first"), f.first, t("firstHint")),
+      field("step-embed", t("embed"), f.embed, t("embedHint")),
       field("step-link", t("link"), f.link),
       field("step-rate", t("rate"), f.rate),
       field("step-eff", t("eff"), f.eff, t("effHint")),
       field("step-world", t("world"), f.world),
       field("step-compute", t("compute"), f.compute, t("computeHint")),
+      field("step-backward", t("backward"), f.backward, t("backwardHint")),
     );
     const out = el("div", { class: "calc-output", id: "step-output", "aria-live": "polite" });
     root.append(form, out);
@@ -455,31 +697,39 @@
     });
 
     function update() {
-      const grad = positive(f.grad.value);
-      const cap = positive(f.bucket.value);
-      const first = positive(f.first.value);
-      const rate = positive(f.rate.value);
-      const eff = positive(f.eff.value);
-      const world = integer(f.world.value);
-      const compute = count(f.compute.value);
-      const problems = [];
-      for (const [key, value] of [["grad", grad], ["bucket", cap], ["first", first], ["rate", rate], ["eff", eff], ["world", world], ["compute", compute]]) {
-        if (Number.isNaN(value)) problems.push(t(key));
+      const labels = Object.fromEntries(Object.keys(f).map((key) => [key, t(key)]));
+      const { values: v, problems } = readFields(f, labels);
+      if (!problems.includes(labels.embed) && !problems.includes(labels.grad) && v.embed > v.grad) {
+        flag(f.embed, t("problems").embedTooBig());
+        problems.push(labels.embed);
+      }
+      const valid = (key) => !problems.includes(labels[key]);
+      if (valid("grad") && valid("bucket") && valid("first") && valid("embed")) {
+        const n = Math.ceil(Math.max(0, v.grad - v.embed - v.first) / v.bucket) + 2; // bound the loop before it runs
+        if (n > 1e5) {
+          flag(f.bucket, t("problems").buckets(n));
+          problems.push(labels.bucket);
+        }
       }
       show(out, problems, () => {
+        const { grad, bucket: cap, first, embed, rate, eff, world, compute, backward: share } = v;
         const busbw = (rate * eff) / 100;
-        const s = stepTime(grad * MiB, cap * MiB, first * MiB, busbw, world, compute);
+        const s = stepTime(grad * MiB, cap * MiB, first * MiB, embed * MiB, busbw, world, compute, share);
         const speedNo = (world * compute) / s.noOverlap;
         const speedOv = (world * compute) / s.overlap;
         const ms = (x) => `${number(x, 3)} ms`;
         const row = (key, label, formula, text, value) => [label, formula, text, { id: `step-${key}`, "data-value": String(value) }];
+        let rule = t("bucketRule")(number(first, 2), number(cap, 2));
+        if (embed > 0) rule += `; ${t("lastRule")(number(embed, 2))}`;
+        const fwd = `${t("fForward")} ${number(compute - s.backward, 3)}`;
+        const bwd = `${t("fBackward")} ${number(s.backward, 3)}`;
         const rows = [
           row("busbw", t("busbw"), `${number(rate, 3)} GB/s × ${number(eff, 1)}%`, `${number(busbw, 3)} GB/s`, busbw),
-          row("buckets", t("bucketList"), t("bucketRule")(number(first, 2), number(cap, 2)), `${s.buckets.length}: ${describeBuckets(s.buckets)}`, JSON.stringify(s.buckets)),
+          row("buckets", t("bucketList"), rule, `${s.buckets.length}: ${describeBuckets(s.buckets)}`, JSON.stringify(s.buckets)),
           row("comm", t("comm"), `Σ = Σᵢ 2(n−1)/n × Sᵢ / busbw; 2(n−1)/n = ${number(s.ring, 4)}`, ms(s.comm), s.comm),
           row("last", t("last"), `2(n−1)/n × S_${t("fLast")} / busbw`, ms(s.last), s.last),
           row("no-overlap", t("noOverlap"), `${t("fCompute")} + Σ = ${number(compute, 3)} + ${number(s.comm, 3)}`, ms(s.noOverlap), s.noOverlap),
-          row("overlap", t("overlap"), `max(${t("fCompute")}, Σ − ${t("fLast")}) + ${t("fLast")}`, ms(s.overlap), s.overlap),
+          row("overlap", t("overlap"), `${fwd} + max(${bwd}, Σ − ${t("fLast")}) + ${t("fLast")}`, ms(s.overlap), s.overlap),
           row("speedup", t("speedup"), `n × ${t("fCompute")} / ${t("fStep")}`, `${number(speedNo, 2)}× (${t("noOvShort")}) / ${number(speedOv, 2)}× (${t("ovShort")})`, JSON.stringify([speedNo, speedOv])),
           row("efficiency", t("efficiency"), `${t("fCompute")} / ${t("fStep")}`, `${number((100 * speedNo) / world, 1)}% / ${number((100 * speedOv) / world, 1)}%`, JSON.stringify([speedNo / world, speedOv / world])),
         ];
@@ -585,10 +835,10 @@
   function buildLaunch(root) {
     const launchers = ["torchrun", "slurmTorchrun", "slurmPython", "k8s"];
     const f = {
-      nodes: input(2, "number"),
-      gpus: input(8, "number"),
+      nodes: input(2),
+      gpus: input(8),
       launcher: select(launchers.map((v) => [v, t(v)]), "slurmTorchrun"),
-      script: input(DEFAULT_SCRIPT.slurmTorchrun),
+      script: input(DEFAULT_SCRIPT.slurmTorchrun, "text"),
     };
     const form = el(
       "div",
@@ -610,13 +860,9 @@
         if (f.script.value === DEFAULT_SCRIPT[previous]) f.script.value = DEFAULT_SCRIPT[f.launcher.value];
         previous = f.launcher.value;
       }
-      const nodes = integer(f.nodes.value);
-      const gpus = integer(f.gpus.value);
-      const script = f.script.value.trim();
-      const problems = [];
-      if (Number.isNaN(nodes)) problems.push(t("nodes"));
-      if (Number.isNaN(gpus)) problems.push(t("gpn"));
-      if (!script) problems.push(t("script"));
+      const labels = { nodes: t("nodes"), gpus: t("gpn"), script: t("script") };
+      const { values: v, problems } = readFields({ nodes: f.nodes, gpus: f.gpus, script: f.script }, labels);
+      const [nodes, gpus, script] = [v.nodes, v.gpus, v.script];
       show(out, problems, () => {
         const launcher = f.launcher.value;
         code.textContent = launchScript(nodes, gpus, launcher, script);
