@@ -1,57 +1,93 @@
-"""Chapter notebooks: every program a chapter runs, in one notebook a reader opens in Colab or Jupyter.
+"""Chapter notebooks: every program a chapter runs, in one notebook per language a reader opens in Colab or Jupyter.
 
     python -m guidekit.notebooks          # list notebooks that differ from what the pages and snippets give now (exit 1)
     python -m guidekit.notebooks --write  # regenerate them (make notebooks-write)
 
-Where they live: ``notebooks/<chapter>.ipynb`` at the repository root, one per Markdown page that includes a program
-that runs without a GPU (``practices/mixed-precision.md`` -> ``notebooks/practices-mixed-precision.ipynb``,
-``practices/index.md`` -> ``notebooks/practices.ipynb``). Not under ``docs/``: mkdocs-jupyter would render every
-``.ipynb`` there as a page, and static-i18n's folder structure would want one copy per language, while the notebook
-holds only code, commands and a few bilingual lines. The site serves the same file at the same path
-(``/notebooks/<chapter>.ipynb``, as it serves snippets at their repository paths), so the page's download link and its
-Colab link (GitHub's copy on ``main``) name one file, linked from the Korean and the English page alike.
+Where they live: ``notebooks/<lang>/<chapter>.ipynb`` at the repository root, one per language for each Markdown page
+that includes a program that runs without a GPU (``practices/mixed-precision.md`` ->
+``notebooks/ko/practices-mixed-precision.ipynb`` and ``notebooks/en/practices-mixed-precision.ipynb``,
+``practices/index.md`` -> ``notebooks/<lang>/practices.ipynb``). Not under ``docs/``: mkdocs-jupyter would render
+every ``.ipynb`` there as a page. The site serves each file at its repository path (``/notebooks/ko/ddp.ipynb``, as
+it serves snippets), so a page's download link and its Colab link (GitHub's copy on ``main``, :func:`colab_url`)
+name one file: the Korean page links the Korean notebook, the English page the English one.
 
-What one holds: a markdown intro (Korean and English), an optional ``!pip install torch`` (commented out), a set-up
-cell, then per program a ``%%writefile snippets/...`` cell with the whole tested file byte for byte (section markers
-included; the files it imports or runs from its folder first) and a cell that runs it with its declared launch
-(``!torchrun ...`` / ``!python ...``). Files are written relative to the notebook's working directory, so it runs
-anywhere torch is installed. A program that needs GPUs (``# requires:``) gets a note with its command instead of a run.
+What one holds, all of its prose in the reader's language:
+
+* an introduction (the text catalogue's ``chapter_notebook``), which says plainly that on a runtime with one GPU the
+  programs that start several ranks run on the CPU;
+* a first code cell that checks the torch version against the floor in pyproject.toml, with an install line
+  commented out, and says whether the programs will use a GPU;
+* a set-up cell (the folders, PATH for ``!python``/``!torchrun``);
+* per program: a Markdown cell with the section heading and the paragraph that introduces the program's first
+  include on that language's page (Markdown kept, links made absolute: one source for the words, the page), then a
+  ``%%writefile snippets/...`` cell with the whole tested file byte for byte (section markers included; the files it
+  imports or runs from its folder first) and a cell that runs it with its declared launch (``!torchrun ...`` /
+  ``!python ...``). A program that needs GPUs (``# requires:``) gets a note with its command instead of a run.
+
+Every code cell but the first is the same in both languages (tests/test_notebooks.py checks), so `make notebooks`
+executes one language's copies. Files are written relative to the notebook's working directory, so it runs anywhere
+torch is installed.
 """
 
 from __future__ import annotations
 
-import ast
 import json
+import posixpath
 import re
 import sys
+import unicodedata
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from guidekit import ROOT
-from guidekit.pages import DEFAULT_LANG, LANGS, headings, mkdocs_setting, page_programs, pages, url_path
+from guidekit.pages import DEFAULT_LANG, LANGS, fences, headings, mkdocs_setting, page_programs, pages, url_path
 from guidekit.spec import is_snippet, parse_spec, sibling_files
 from guidekit.text import text
 
 FOLDER = "notebooks"
-COLAB = "https://colab.research.google.com/github/{repo}/blob/main/{path}"
+COLAB = "https://colab.research.google.com/github/{repo}/blob/{branch}/{path}"
+BRANCH = "main"  # the branch Colab opens: the one the site is published from
 WRITE_COMMAND = "make notebooks-write"  # or: python -m guidekit.notebooks --write
 SHELL_SPECIAL = re.compile(r"[$`{}\\]")  # IPython expands these in a `!` line: a launch must not contain them
+LINE_LENGTH = 120  # pyproject.toml's [tool.ruff]: `make lint` formats the notebooks' code cells too
+TORCH_FLOOR = re.compile(r"""["']torch\s*>=\s*(\d+)\.(\d+)""")  # pyproject.toml's dependency on torch
+
+# What a page writes around its includes, by the start of a line (outside code fences)
+CONTAINER = re.compile(r"^(?P<indent>[ \t]*)(?P<kind>===|!!!|\?\?\?\+?)[ \t]*(?P<rest>.*)$")  # tabs, admonitions
+NOT_PROSE = re.compile(r"^\s*(\||#{1,6}\s|<|\*\[|\[\^[^\]]*\]:|\{:|-{3,}\s*$|\*{3,}\s*$|-->)")
+ATTR_LIST = re.compile(r"\s*\{:?\s*[.#][^}]*\}\s*$")  # `{ #id }`, `{ .class }` at a line's end
+LINK = re.compile(
+    r"(?P<image>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]\((?P<target>[^()\s]+)(?P<title>\s+\"[^\"]*\")?\)"
+)
+FOOTNOTE_REF = re.compile(r"\[\^[^\]]+\]")
+QUOTED = re.compile(r'^"(?P<title>.*)"$')
 
 INTRO = """\
 # {title}
 
-{en}
+{intro}
 
-{ko}
-
-*Generated from the repository by `{command}` (`guidekit/notebooks.py`): edit the snippets, not this notebook.*
+{gpus}
 """
 
+CHECK = """\
+# {first}
+# {install}
+# !pip install "torch>={floor}"
+import torch
 
-def _pip() -> str:
-    """The optional install cell, in both languages (the text catalogue's ``chapter_notebook``)."""
-    en, ko = (text(lang)["chapter_notebook"] for lang in ("en", "ko"))
-    return f"# {en['optional']} / {ko['optional']}: {en['pip']}\n# {ko['pip']}\n# !pip install torch\n"
-
+MINIMUM = {minimum}  # {minimum_note}
+version = tuple(int(part) for part in torch.__version__.split(".")[:2])
+gpus = torch.cuda.device_count()
+{found}
+if version < MINIMUM:
+{old}
+if gpus == 0:
+{none}
+elif gpus == 1:
+{one}
+else:
+{many}"""
 
 SETUP = """\
 import os
@@ -60,21 +96,24 @@ import sys
 # `!python` and `!torchrun` below: this kernel's own Python environment comes first on PATH
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
 {makedirs}"""
-HELPER_NOTE = "A helper module the programs of this chapter import from their folder."
 
 
-def notebook_path(name: str) -> str:
-    """Repository path of the notebook of page `name` (a path inside docs/<lang>/)."""
+# -- which notebooks, where ----------------------------------------------------------------------------------------
+
+
+def notebook_path(lang: str, name: str) -> str:
+    """Repository path of the `lang` notebook of page `name` (a path inside docs/<lang>/)."""
     stem = PurePosixPath(name).with_suffix("")
     if stem.name == "index":
         stem = stem.parent
-    return f"{FOLDER}/{'-'.join(stem.parts) or 'index'}.ipynb"
+    return f"{FOLDER}/{lang}/{'-'.join(stem.parts) or 'index'}.ipynb"
 
 
 def colab_url(path: str, root: Path = ROOT) -> str:
-    """Colab's address of the repository file `path` on main, e.g. for notebooks/ddp.ipynb."""
+    """Colab's address of the repository file `path` on main, e.g. for notebooks/ko/ddp.ipynb: the only place that
+    builds one (the repository comes from mkdocs.yml's repo_url)."""
     repo = mkdocs_setting("repo_url", root).removeprefix("https://github.com/").strip("/")
-    return COLAB.format(repo=repo, path=path)
+    return COLAB.format(repo=repo, branch=BRANCH, path=path)
 
 
 def runs_on_cpu(path: str, root: Path = ROOT) -> bool:
@@ -82,23 +121,147 @@ def runs_on_cpu(path: str, root: Path = ROOT) -> bool:
     return is_snippet(root / path) and not parse_spec(root / path, root).gpus
 
 
-def chapter_notebook(name: str, root: Path = ROOT) -> str | None:
-    """The repository path of page `name`'s notebook, or None for a page without a program that runs on a CPU.
+def has_notebook(name: str, root: Path = ROOT) -> bool:
+    """Page `name` is a Markdown page that includes a program that runs on a CPU.
 
     Notebook pages (``.ipynb``) are notebooks already. Pages include the same programs in every language (a test
     checks), so the default language's page decides.
     """
     if not name.endswith(".md"):
-        return None
+        return False
     programs = page_programs(DEFAULT_LANG, name, root / "docs")
-    if not any((root / p).is_file() and runs_on_cpu(p, root) for p in programs):
+    return any((root / p).is_file() and runs_on_cpu(p, root) for p in programs)
+
+
+def chapter_notebook(lang: str, name: str, root: Path = ROOT) -> str | None:
+    """The repository path of the `lang` notebook of page `name`, or None for a page without one."""
+    return notebook_path(lang, name) if has_notebook(name, root) else None
+
+
+def chapter_pages(root: Path = ROOT) -> list[str]:
+    """Every page that gets notebooks (one per language), by its path inside docs/<lang>/."""
+    return [name for name in pages(DEFAULT_LANG, root / "docs") if has_notebook(name, root)]
+
+
+def chapters(root: Path = ROOT) -> dict[tuple[str, str], str]:
+    """(language, page) -> the notebook's repository path, for every page that gets notebooks."""
+    return {(lang, name): notebook_path(lang, name) for name in chapter_pages(root) for lang in LANGS}
+
+
+def torch_floor(root: Path = ROOT) -> tuple[int, int]:
+    """The oldest torch the guide supports: pyproject.toml's ``torch>=X.Y``."""
+    found = TORCH_FLOOR.search((root / "pyproject.toml").read_text(encoding="utf-8"))
+    if not found:
+        raise ValueError("pyproject.toml: no 'torch>=X.Y' dependency")
+    return int(found[1]), int(found[2])
+
+
+# -- the words: from the page that introduces each program -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Intro:
+    """Where a page first includes a program: its section (title, URL) and the prose that leads to the include."""
+
+    section: str
+    url: str
+    prose: str
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def heading_text(title: str) -> str:
+    """A heading as a reader sees it: without its attribute list (`{ #id }`)."""
+    return ATTR_LIST.sub("", title).strip()
+
+
+def _absolute(markdown: str, lang: str, name: str, site: str) -> str:
+    """Links of a page's Markdown as absolute URLs of the built site (a notebook has no neighbouring pages)."""
+    page = site + url_path(lang, name)
+
+    def resolve(match: re.Match) -> str:
+        target = match["target"]
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            return match[0]
+        path, _, anchor = target.partition("#")
+        if not path:
+            url = page
+        else:
+            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), path))
+            if resolved.endswith((".md", ".ipynb")):
+                url = site + url_path(lang, resolved)
+            else:  # an asset of the language's folder, built beside the pages
+                url = site + ("" if lang == DEFAULT_LANG else f"{lang}/") + resolved
+        url += f"#{anchor}" if anchor else ""
+        return f"{match['image']}[{match['text']}]({url}{match['title'] or ''})"
+
+    return FOOTNOTE_REF.sub("", LINK.sub(resolve, markdown))
+
+
+def _paragraph_before(lines: list[str], end: int, indent: int, fenced: set[int]) -> tuple[int, list[str]] | None:
+    """The paragraph that ends above line `end` (0-based, exclusive) at indentation `indent`, climbing out of the
+    tabs and admonitions that hold the include: (its first line, its lines dedented), or None where a heading, code,
+    a table or the like comes first."""
+    i = end - 1
+    while i >= 0 and not lines[i].strip():
+        i -= 1
+    if i < 0 or i in fenced:
         return None
-    return notebook_path(name)
+    line = lines[i]
+    if _indent(line) < indent:  # the include sits inside a container whose opening line this is
+        container = CONTAINER.match(line)
+        if not container:
+            return None
+        outer = _indent(line)
+        if container["kind"] == "===":  # a tab: the paragraph comes before the whole group of tabs
+            j = i - 1
+            while j >= 0 and (
+                not lines[j].strip()
+                or _indent(lines[j]) > outer
+                or (_indent(lines[j]) == outer and lines[j].lstrip().startswith("==="))
+            ):
+                j -= 1
+            return _paragraph_before(lines, j + 1, outer, fenced)
+        found = _paragraph_before(lines, i, outer, fenced)
+        title = QUOTED.match(container["rest"].split(" ", 1)[1].strip()) if " " in container["rest"] else None
+        return found or ((i, [title["title"]]) if title else None)
+    if CONTAINER.match(line) or NOT_PROSE.match(line):
+        return None
+    start = i
+    while start - 1 >= 0 and lines[start - 1].strip() and start - 1 not in fenced:
+        above = lines[start - 1]
+        if _indent(above) < indent or CONTAINER.match(above) or NOT_PROSE.match(above):
+            break
+        start -= 1
+    if _indent(lines[start]) != indent:  # the body of an admonition or list above, not a paragraph of its own
+        return None
+    return start, [line[indent:] if line[:indent].strip() == "" else line.lstrip() for line in lines[start : i + 1]]
 
 
-def chapters(root: Path = ROOT) -> dict[str, str]:
-    """Every page that gets a notebook -> the notebook's repository path."""
-    return {name: path for name in pages(DEFAULT_LANG, root / "docs") if (path := chapter_notebook(name, root))}
+def page_intro(lang: str, name: str, program: str, root: Path = ROOT) -> Intro:
+    """How page `name` of `lang` introduces `program`: the paragraph just above its first include (above the tabs or
+    admonition that hold it; an admonition's title where nothing else comes first), and the section that holds it."""
+    source = (root / "docs" / lang / name).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    all_fences = fences(source)
+    fenced = {n for f in all_fences for n in range(f.line - 1, f.end_line)}
+    fence = next((f for f in all_fences if any(t.path == program for t in f.targets)), None)
+    if fence is None:
+        raise ValueError(f"docs/{lang}/{name}: does not include {program}")
+    indent = len(fence.indent.expandtabs())
+    found = _paragraph_before(lines, fence.line - 1, indent, fenced)
+    site = mkdocs_setting("site_url", root).rstrip("/") + "/"
+    above = "\n".join(line for n, line in enumerate(lines[: fence.line - 1]) if n not in fenced)
+    sections = [(level, title, anchor) for level, title, anchor in headings(above)]
+    level, title, anchor = sections[-1] if sections else (1, name, None)
+    url = site + url_path(lang, name) + (f"#{anchor}" if anchor and level > 1 else "")
+    prose = "\n".join(found[1]).strip() if found else ""
+    return Intro(heading_text(title), url, _absolute(prose, lang, name, site))
+
+
+# -- the cells ---------------------------------------------------------------------------------------------------
 
 
 def _lines(text: str) -> list[str]:
@@ -113,23 +276,55 @@ def _code(text: str) -> dict:
     return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": _lines(text)}
 
 
-def _summary(path: Path) -> str:
-    """The first paragraph of a program's docstring, on one line."""
-    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-    return " ".join(doc.split("\n\n")[0].split())
-
-
 def _title(lang: str, name: str, root: Path) -> str:
-    text = (root / "docs" / lang / name).read_text(encoding="utf-8")
-    return next((t for level, t, _ in headings(text) if level == 1), name)
+    source = (root / "docs" / lang / name).read_text(encoding="utf-8")
+    return heading_text(next((t for level, t, _ in headings(source) if level == 1), name))
+
+
+def _string(template: str, **fields: str) -> str:
+    """A catalogue message as a Python string literal in a code cell; `fields` name the expressions it shows."""
+    value = template.format(**{k: "{" + v + "}" for k, v in fields.items()})
+    literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"f{literal}" if fields and any("{" + v + "}" in value for v in fields.values()) else literal
+
+
+def _width(line: str) -> int:
+    """Columns a line takes as ruff counts them: East Asian wide characters (Hangul) take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def _print(literal: str, indent: str = "") -> str:
+    """`print(literal)` as ruff formats it: on its own lines where one line would pass the line length."""
+    line = f"{indent}print({literal})"
+    return line if _width(line) <= LINE_LENGTH else f"{indent}print(\n{indent}    {literal}\n{indent})"
+
+
+def check_cell(lang: str, root: Path = ROOT) -> str:
+    """The first code cell: which torch is installed, and whether the programs will use a GPU here."""
+    words = text(lang, root)["chapter_notebook"]["check"]
+    major, minor = torch_floor(root)
+    floor = f"{major}.{minor}"
+    plain = {key: words[key].format(minimum=floor) for key in ("first", "install", "minimum")}
+    return CHECK.format(
+        first=plain["first"],
+        install=plain["install"],
+        floor=floor,
+        minimum=repr((major, minor)),
+        minimum_note=plain["minimum"],
+        found=_print(_string(words["found"], version="torch.__version__", gpus="gpus")),
+        old=_print(_string(words["old"].format(minimum=floor)), "    "),
+        none=_print(_string(words["none"]), "    "),
+        one=_print(_string(words["one"]), "    "),
+        many=_print(_string(words["many"], gpus="gpus"), "    "),
+    )
 
 
 def _writefile(path: str, root: Path) -> dict:
     """A cell that writes the file byte for byte: IPython hands a cell magic everything after its first line."""
-    text = (root / path).read_text(encoding="utf-8")
-    if not text.endswith("\n"):
+    source = (root / path).read_text(encoding="utf-8")
+    if not source.endswith("\n"):
         raise ValueError(f"{path}: must end with a newline (IPython would add one, and the copy would differ)")
-    return _code(f"%%writefile {path}\n{text}")
+    return _code(f"%%writefile {path}\n{source}")
 
 
 def _run(command: str, path: str) -> dict:
@@ -138,36 +333,39 @@ def _run(command: str, path: str) -> dict:
     return _code(f"!{command}")
 
 
-def build(name: str, root: Path = ROOT) -> str:
-    """The notebook of page `name`, as the JSON text to commit."""
+def build(lang: str, name: str, root: Path = ROOT) -> str:
+    """The `lang` notebook of page `name`, as the JSON text to commit."""
     site = mkdocs_setting("site_url", root).rstrip("/") + "/"
-    titles = {lang: _title(lang, name, root) for lang in LANGS}
-    words = {lang: text(lang)["chapter_notebook"] for lang in ("en", "ko")}
-    texts = {lang: words[lang]["intro"].format(title=titles[lang], url=site + url_path(lang, name)) for lang in words}
-    title = titles["en"] if titles["en"] == titles["ko"] else f"{titles['en']} · {titles['ko']}"
+    words = text(lang, root)["chapter_notebook"]
+    title = _title(lang, name, root)
     programs = [p for p in page_programs(DEFAULT_LANG, name, root / "docs") if p.endswith(".py")]
     needed = {p: sibling_files(root / p, root) for p in programs}
     files = list(dict.fromkeys(f for p in programs for f in [*needed[p], p]))
     folders = sorted({PurePosixPath(f).parent.as_posix() for f in files})
     makedirs = "".join(f'os.makedirs("{folder}", exist_ok=True)\n' for folder in folders)
+    intro = words["intro"].format(title=title, url=site + url_path(lang, name))
     cells = [
-        _markdown(INTRO.format(title=title, command=WRITE_COMMAND, **texts)),
-        _code(_pip().rstrip("\n")),
+        _markdown(INTRO.format(title=title, intro=intro, gpus=words["gpus"])),
+        _code(check_cell(lang, root)),
         _code(SETUP.format(makedirs=makedirs).rstrip("\n")),
     ]
     written: set[str] = set()
+    section = None
     for path in programs:
-        if path in written:
-            continue
-        header = f"## `{path}`\n\n{_summary(root / path)}"
         spec = parse_spec(root / path, root) if is_snippet(root / path) else None
+        if spec is None and path in written:  # a helper, written already beside the program that imports it
+            continue
+        about = page_intro(lang, name, path, root)
+        parts = [] if about.section == section else [f"## {about.section}"]
+        section = about.section
+        parts += [about.prose] if about.prose else []
+        parts.append(words["program"].format(path=path, section=about.section, url=about.url))
         if spec is None:
-            header += f"\n\n{HELPER_NOTE}"
+            parts.append(words["helper"])
         elif spec.gpus:
-            notes = [words[lang]["gpu_note"].format(gpus=spec.gpus, command=spec.command) for lang in words]
-            header += "\n\n" + "\n\n".join(notes) + "\n"
-        cells.append(_markdown(header))
-        for file in [*needed[path], path]:
+            parts.append(words["gpu_note"].format(gpus=spec.gpus, command=spec.command))
+        cells.append(_markdown("\n\n".join(parts)))
+        for file in [*needed[path], path]:  # a program another one runs is written with that one, and runs here
             if file not in written:
                 cells.append(_writefile(file, root))
                 written.add(file)
@@ -180,6 +378,7 @@ def build(name: str, root: Path = ROOT) -> str:
         "metadata": {
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "language_info": {"name": "python"},
+            "guidekit": {"page": f"docs/{lang}/{name}", "generated_by": WRITE_COMMAND},
         },
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -187,21 +386,28 @@ def build(name: str, root: Path = ROOT) -> str:
     return json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+# -- generate and check ------------------------------------------------------------------------------------------
+
+
+def found(root: Path = ROOT) -> list[str]:
+    """Every notebook under notebooks/, as repository paths."""
+    return sorted(p.relative_to(root).as_posix() for p in (root / FOLDER).rglob("*.ipynb"))
+
+
 def stale(root: Path = ROOT) -> list[str]:
     """Notebooks that differ from what `build` gives now, are missing, or belong to no page any more."""
-    want = {path: build(name, root) for name, path in chapters(root).items()}
-    found = {p.relative_to(root).as_posix() for p in (root / FOLDER).glob("*.ipynb")}
-    differ = [p for p, text in want.items() if not (root / p).is_file() or (root / p).read_text("utf-8") != text]
-    return sorted(differ + [p for p in found if p not in want])
+    want = {path: build(lang, name, root) for (lang, name), path in chapters(root).items()}
+    differ = [p for p, nb in want.items() if not (root / p).is_file() or (root / p).read_text("utf-8") != nb]
+    return sorted(differ + [p for p in found(root) if p not in want])
 
 
 def write(root: Path = ROOT) -> list[str]:
     """Regenerate every chapter notebook and remove those of no page; return the paths changed."""
     changed = stale(root)
     want = chapters(root)
-    (root / FOLDER).mkdir(exist_ok=True)
-    for name, path in want.items():
-        (root / path).write_text(build(name, root), encoding="utf-8")
+    for (lang, name), path in want.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(build(lang, name, root), encoding="utf-8")
     for path in changed:
         if path not in want.values():
             (root / path).unlink()

@@ -1,10 +1,12 @@
 """Notebooks readers can run.
 
 The page notebooks (performance.ipynb) show every cell they run (no set-up hidden: the report they call comes from
-the installed guidekit), and offer their own .ipynb. Every chapter page that runs programs has a generated notebook (guidekit/notebooks.py) that is up to date,
-holds each program byte for byte with its declared launch, and is linked from the page in both languages (Colab,
-download). `make notebooks` executes every chapter notebook as a reader would (marker `notebooks`, not in the default
-run: minutes on 2 cores).
+the installed guidekit), and offer their own .ipynb. Every chapter page that runs programs has a generated notebook
+per language (guidekit/notebooks.py) that is up to date; it holds each program byte for byte with its declared launch,
+after the paragraph that introduces it on that language's page; its first code cell checks torch and says whether a
+GPU will be used; the page links it (Colab, download), Korean pages the Korean notebook. The two languages' code cells
+are the same but for that first cell, so `make notebooks` executes the Korean copies only (marker `notebooks`, not in
+the default run: minutes on 2 cores), and the first cell of each language is executed here against a stand-in torch.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
+import subprocess
+import sys
+import types
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,12 +25,16 @@ import pytest
 import yaml
 
 from guidekit import ROOT, notebooks
-from guidekit.pages import LANGS, built_path, page_programs, pages
+from guidekit.pages import DEFAULT_LANG, LANGS, built_path, headings, mkdocs_setting, page_programs, pages
 from guidekit.pages import notebooks as page_notebooks
 from guidekit.spec import is_snippet, parse_spec, sibling_files
+from guidekit.text import text
 
-COLAB = "https://colab.research.google.com/github/multi-gpu-pytorch/guide/blob/main/"
-CHAPTERS = notebooks.chapters()
+CHAPTERS = notebooks.chapters()  # (lang, page) -> notebooks/<lang>/<chapter>.ipynb
+PAGES = notebooks.chapter_pages()
+SITE = mkdocs_setting("site_url").rstrip("/") + "/"
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+MD_LINK = re.compile(r"!?\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(([^()\s]+)[^)]*\)")
 NOTEBOOK_PAGES = [(lang, name) for lang in LANGS for name in sorted(page_notebooks(lang))]
 LINE = re.compile(r'<p class="page-notebook"[^>]*>(.*?)</p>', re.S)
 WRITEFILE = "%%writefile "
@@ -79,6 +89,23 @@ def code_cells(path: Path) -> list[dict]:
     return [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
 
 
+def cells(lang: str, name: str) -> list[tuple[str, str]]:
+    """(kind, source) of every cell of the `lang` notebook of page `name`."""
+    nb = json.loads((ROOT / CHAPTERS[lang, name]).read_text(encoding="utf-8"))
+    return [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
+
+
+def colab_prefix() -> str:
+    """What Colab's address of a file on main starts with, from the repository named in mkdocs.yml."""
+    repo = mkdocs_setting("repo_url").removeprefix("https://github.com/").strip("/")
+    return f"https://colab.research.google.com/github/{repo}/blob/main/"
+
+
+def plain(markdown: str) -> str:
+    """Markdown's words for comparing texts: links reduced to their text, lines joined, spaces collapsed."""
+    return " ".join(MD_LINK.sub(r"\1", markdown).split())
+
+
 # -- the page notebooks: every cell shown, their .ipynb offered -------------------------------------------------
 
 
@@ -121,26 +148,30 @@ def test_chapter_notebooks_are_fresh():
     )
 
 
-def test_every_chapter_with_a_program_for_the_cpu_has_one():
+def test_every_chapter_with_a_program_for_the_cpu_has_one_per_language():
     with_cpu_programs = {
         name
         for name in pages("ko")
         if any(is_snippet(ROOT / p) and not parse_spec(ROOT / p).gpus for p in page_programs("ko", name))
     }
-    assert set(CHAPTERS) == with_cpu_programs
+    assert set(PAGES) == with_cpu_programs
+    assert set(CHAPTERS) == {(lang, name) for lang in LANGS for name in PAGES}
     assert len(set(CHAPTERS.values())) == len(CHAPTERS), "two pages share a notebook"
-    assert CHAPTERS["practices/index.md"] == "notebooks/practices.ipynb"
-    assert CHAPTERS["practices/mixed-precision.md"] == "notebooks/practices-mixed-precision.ipynb"
+    for lang in LANGS:
+        assert CHAPTERS[lang, "practices/index.md"] == f"notebooks/{lang}/practices.ipynb"
+        assert CHAPTERS[lang, "practices/mixed-precision.md"] == f"notebooks/{lang}/practices-mixed-precision.ipynb"
+    assert notebooks.found() == sorted(CHAPTERS.values()), "a notebook of no page under notebooks/"
 
 
-@pytest.mark.parametrize("name", sorted(CHAPTERS))
-def test_chapter_notebook_writes_every_program_whole_and_runs_it_as_declared(name):
-    cells = json.loads((ROOT / CHAPTERS[name]).read_text(encoding="utf-8"))["cells"]
-    markdown = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
-    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    assert "# !pip install torch" in code[0].splitlines(), "the first cell offers an optional install"
-    assert all(line.startswith("#") for line in code[0].splitlines()), "the install cell runs nothing unless asked"
-    written = [text.split("\n", 1)[0].removeprefix(WRITEFILE) for text in code if text.startswith(WRITEFILE)]
+@pytest.mark.parametrize("lang,name", sorted(CHAPTERS))
+def test_chapter_notebook_writes_every_program_whole_and_runs_it_as_declared(lang, name):
+    markdown = [source for kind, source in cells(lang, name) if kind == "markdown"]
+    code = [source for kind, source in cells(lang, name) if kind == "code"]
+    major, minor = notebooks.torch_floor()
+    assert f'# !pip install "torch>={major}.{minor}"' in code[0].splitlines(), "the first cell offers an install"
+    assert "import torch" in code[0] and "torch.cuda.device_count()" in code[0], "the first cell checks torch"
+    assert not [c for c in code[1:] if "pip install" in c], "one install line, in the first cell"
+    written = [source.split("\n", 1)[0].removeprefix(WRITEFILE) for source in code if source.startswith(WRITEFILE)]
     assert len(written) == len(set(written)), f"a file written twice: {written}"
 
     def write_cell(file: str) -> int:
@@ -152,25 +183,143 @@ def test_chapter_notebook_writes_every_program_whole_and_runs_it_as_declared(nam
     for path in programs:
         writes = [write_cell(file) for file in [*sibling_files(ROOT / path), path]]
         if not notebooks.runs_on_cpu(path):
-            assert not [text for text in code if text.startswith("!") and path in text], f"{path}: no run cell"
+            assert not [source for source in code if source.startswith("!") and path in source], f"{path}: run cell"
             if is_snippet(ROOT / path):
                 spec = parse_spec(ROOT / path)
-                assert any(path in text and f"Needs {spec.gpus} CUDA GPU" in text for text in markdown), path
+                note = text(lang)["chapter_notebook"]["gpu_note"].format(gpus=spec.gpus, command=spec.command)
+                assert any(note in source for source in markdown), f"{path}: no note that it needs GPUs"
             continue
         run = f"!{parse_spec(ROOT / path).command}"  # the declared launch, unchanged
         assert run in code, f"{path}: no cell running {run}"
         assert max(writes) < code.index(run), f"{path} runs before all its files are written"
-    runs = [text for text in code if text.startswith("!")]
+    runs = [source for source in code if source.startswith("!")]
     assert runs == [f"!{parse_spec(ROOT / p).command}" for p in programs if notebooks.runs_on_cpu(p)]
 
 
+@pytest.mark.parametrize("name", PAGES)
+def test_languages_differ_in_their_words_only(name):
+    """The same cells in the same order; every code cell but the first (the check, in the reader's language) is the
+    same in both languages, so running one language's copies runs the other's programs."""
+    kinds = {lang: [kind for kind, _ in cells(lang, name)] for lang in LANGS}
+    code = {lang: [source for kind, source in cells(lang, name) if kind == "code"] for lang in LANGS}
+    first, *others = LANGS
+    for lang in others:
+        assert kinds[lang] == kinds[first]
+        assert code[lang][1:] == code[first][1:], f"{lang} and {first} run different code"
+    for lang in LANGS:
+        assert code[lang][0] == notebooks.check_cell(lang)
+
+
+@pytest.mark.parametrize("lang,name", sorted(CHAPTERS))
+def test_notebook_speaks_the_readers_language_in_the_pages_words(lang, name):
+    """Every Markdown cell is in the notebook's language. Each program follows the words that introduce it on that
+    language's page (taken from the page, never typed twice) and a link to its section there."""
+    page = (ROOT / "docs" / lang / name).read_text(encoding="utf-8")
+    page_words = plain("\n".join(line.strip() for line in page.splitlines()))
+    sections = {notebooks.heading_text(title) for _, title, _ in headings(page)}
+    markdown = [source for kind, source in cells(lang, name) if kind == "markdown"]
+    for source in markdown:
+        if lang == "ko":
+            assert HANGUL.search(source), f"a Markdown cell without Korean: {source[:200]}"
+        else:
+            assert not HANGUL.search(source), f"Korean in the {lang} notebook: {source[:200]}"
+    words = text(lang)["chapter_notebook"]
+    programs = [p for p in page_programs("ko", name) if p.endswith(".py")]
+    for n, path in enumerate(programs):
+        about = notebooks.page_intro(lang, name, path)
+        line = words["program"].format(path=path, section=about.section, url=about.url)
+        cell = next((source for source in markdown if line in source), None)
+        if not is_snippet(ROOT / path) and any(path in sibling_files(ROOT / p) for p in programs[:n]):
+            assert cell is None, f"{path}: a helper written beside an earlier program needs no cell of its own"
+            continue
+        assert cell, f"{path}: no cell naming it with a link to its section"
+        assert about.url.startswith(SITE + ("" if lang == DEFAULT_LANG else f"{lang}/"))
+        assert about.section in sections, f"{path}: '{about.section}' is not a heading of the page"
+        assert about.prose, f"{path}: nothing on the page introduces it"
+        assert about.prose in cell
+        assert plain(about.prose) in page_words, f"{path}: the words before it are not the page's"
+
+
+@pytest.mark.parametrize("lang,name", sorted(CHAPTERS))
+def test_links_in_a_notebook_are_absolute_and_stay_in_its_language(lang, name):
+    for kind, source in cells(lang, name):
+        if kind != "markdown":
+            continue
+        for _, target in MD_LINK.findall(source):
+            assert re.match(r"https?://", target), f"a relative link (the notebook has no neighbours): {target}"
+            if target.startswith(SITE):
+                inside = target.removeprefix(SITE)
+                assert inside.startswith("en/") == (lang == "en"), f"a {lang} notebook links {target}"
+
+
+def test_the_torch_floor_is_pyprojects():
+    assert re.search(r'"torch>=2\.10"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert notebooks.torch_floor() == (2, 10)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize(
+    "version,gpus,says",
+    [
+        ("2.9.1", 0, ["old", "none"]),
+        ("2.10.0a0+git1234", 1, ["one"]),
+        ("2.14.1+cu128", 1, ["one"]),
+        ("2.15.0", 4, ["many"]),
+    ],
+)
+def test_first_cell_says_which_torch_and_whether_a_gpu_will_be_used(monkeypatch, capsys, lang, version, gpus, says):
+    """The first cell, run against a stand-in torch: the version, and on one GPU that multi-rank programs use the
+    CPU."""
+    torch = types.SimpleNamespace(__version__=version, cuda=types.SimpleNamespace(device_count=lambda: gpus))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    exec(compile(notebooks.check_cell(lang), f"check-{lang}", "exec"), {})
+    words = text(lang)["chapter_notebook"]["check"]
+    floor = "{}.{}".format(*notebooks.torch_floor())
+    expected = [words["found"].format(version=version, gpus=gpus)]
+    expected += [words[key].format(minimum=floor, gpus=gpus) for key in says]
+    assert capsys.readouterr().out.splitlines() == expected
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_first_cell_is_as_ruff_formats_it(lang):
+    """`make lint` checks the notebooks' code cells: the generator writes the check as ruff formats it there."""
+    config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(rf"^line-length = {notebooks.LINE_LENGTH}$", config, re.M), "the generator's line length"
+    ruff = Path(sys.executable).with_name("ruff")
+    if not ruff.is_file():
+        pytest.skip("ruff is not installed beside this Python")
+    result = subprocess.run(
+        [ruff, "format", "--check", "--diff", "--stdin-filename", "notebooks/check.py", "-"],
+        input=notebooks.check_cell(lang) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_intro_says_a_one_gpu_runtime_runs_multi_rank_programs_on_the_cpu(lang):
+    name = PAGES[0]
+    intro = cells(lang, name)[0][1]
+    assert text(lang)["chapter_notebook"]["gpus"] in intro
+    assert cells(lang, name)[1][0] == "code", "the check is the first code cell, right after the introduction"
+
+
 # -- the generator itself, on a planted repository ---------------------------------------------------------------
+
+INTROS = {
+    "ko": "아래 프로그램은 1을 출력합니다. [다른 장](gpu.md#gpu)과 [위](#top)도 보세요.",
+    "en": "The program below prints one. See [the other chapter](gpu.md#gpu) and [above](#top) too.",
+}
 
 
 def plant(root: Path) -> None:
     (root / "mkdocs.yml").write_text(
         "site_url: https://example.org/guide/\nrepo_url: https://github.com/someone/guide\n", encoding="utf-8"
     )
+    (root / "pyproject.toml").write_text('dependencies = ["torch>=2.7"]\n', encoding="utf-8")
+    shutil.copytree(ROOT / "theme" / "text", root / "theme" / "text")
     files = {
         "snippets/x/_helper.py": '"""A helper."""\n\nVALUE = 1\n',
         "snippets/x/prog.py": '"""Prints one."""\n# launch: torchrun --standalone --nproc-per-node=2 snippets/x/prog.py\n'
@@ -178,43 +327,93 @@ def plant(root: Path) -> None:
         "snippets/x/gpu.py": '"""Needs GPUs."""\n# requires: gpus=2\nassert True\n',
     }
     for lang, title in (("ko", "제목"), ("en", "Title")):
-        files[f"docs/{lang}/x.md"] = f'# {title}\n\n```python\n--8<-- "snippets/x/prog.py"\n```\n'
+        files[f"docs/{lang}/x.md"] = (
+            f'# {title}\n\n## {title} 1 {{ #one }}\n\n{INTROS[lang]}\n\n```python\n--8<-- "snippets/x/prog.py"\n```\n'
+        )
         files[f"docs/{lang}/gpu.md"] = f'# {title}\n\n```python\n--8<-- "snippets/x/gpu.py"\n```\n'
         files[f"docs/{lang}/index.md"] = f"# {title}\n"
-    for path, text in files.items():
+    for path, source in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text, encoding="utf-8")
+        (root / path).write_text(source, encoding="utf-8")
 
 
 def test_generator_finds_writes_and_flags_stale_notebooks(tmp_path):
     plant(tmp_path)
-    assert notebooks.chapters(tmp_path) == {"x.md": "notebooks/x.ipynb"}  # gpu.md: nothing runs on a CPU
-    assert notebooks.stale(tmp_path) == ["notebooks/x.ipynb"]  # missing
-    assert notebooks.write(tmp_path) == ["notebooks/x.ipynb"]
+    paths = ["notebooks/en/x.ipynb", "notebooks/ko/x.ipynb"]
+    # gpu.md: nothing runs on a CPU
+    assert notebooks.chapters(tmp_path) == {("ko", "x.md"): paths[1], ("en", "x.md"): paths[0]}
+    assert notebooks.stale(tmp_path) == paths  # missing
+    assert notebooks.write(tmp_path) == paths
     assert notebooks.stale(tmp_path) == []
-    nb = json.loads((tmp_path / "notebooks/x.ipynb").read_text(encoding="utf-8"))
-    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    assert code[-3:] == [
+    nb = {lang: json.loads((tmp_path / f"notebooks/{lang}/x.ipynb").read_text(encoding="utf-8")) for lang in LANGS}
+    code = {lang: ["".join(c["source"]) for c in nb[lang]["cells"] if c["cell_type"] == "code"] for lang in LANGS}
+    assert code["ko"][-3:] == [
         "%%writefile snippets/x/_helper.py\n" + (tmp_path / "snippets/x/_helper.py").read_text(),
         "%%writefile snippets/x/prog.py\n" + (tmp_path / "snippets/x/prog.py").read_text(),
         "!torchrun --standalone --nproc-per-node=2 snippets/x/prog.py",
     ]
-    assert 'os.makedirs("snippets/x", exist_ok=True)' in code[1]
-    intro = "".join(nb["cells"][0]["source"])
-    assert (
-        "# Title · 제목" in intro
-        and "https://example.org/guide/en/x/" in intro
-        and "https://example.org/guide/x/" in intro
+    assert code["ko"][1:] == code["en"][1:]
+    assert '# !pip install "torch>=2.7"' in code["ko"][0] and "MINIMUM = (2, 7)" in code["ko"][0]
+    assert 'os.makedirs("snippets/x", exist_ok=True)' in code["ko"][1]
+    markdown = {
+        lang: ["".join(c["source"]) for c in nb[lang]["cells"] if c["cell_type"] == "markdown"] for lang in LANGS
+    }
+    assert markdown["ko"][0].startswith("# 제목\n") and "https://example.org/guide/x/" in markdown["ko"][0]
+    assert markdown["en"][0].startswith("# Title\n") and "https://example.org/guide/en/x/" in markdown["en"][0]
+    assert markdown["ko"][1] == (
+        "## 제목 1\n\n아래 프로그램은 1을 출력합니다. [다른 장](https://example.org/guide/gpu/#gpu)과 "
+        "[위](https://example.org/guide/x/#top)도 보세요.\n\n"
+        "`snippets/x/prog.py` · 페이지에서 읽기: [제목 1](https://example.org/guide/x/#one)"
     )
-    assert notebooks.colab_url("notebooks/x.ipynb", tmp_path) == (
-        "https://colab.research.google.com/github/someone/guide/blob/main/notebooks/x.ipynb"
+    assert "[the other chapter](https://example.org/guide/en/gpu/#gpu)" in markdown["en"][1]
+    assert notebooks.colab_url("notebooks/ko/x.ipynb", tmp_path) == (
+        "https://colab.research.google.com/github/someone/guide/blob/main/notebooks/ko/x.ipynb"
     )
-    # a snippet changes: the notebook is stale until rewritten; a notebook of no page is stale and removed
+    # a snippet changes: the notebooks are stale until rewritten; a notebook of no page is stale and removed
     (tmp_path / "snippets/x/_helper.py").write_text('"""A helper."""\n\nVALUE = 1  # changed\n', encoding="utf-8")
     (tmp_path / "notebooks/old.ipynb").write_text("{}", encoding="utf-8")
-    assert notebooks.stale(tmp_path) == ["notebooks/old.ipynb", "notebooks/x.ipynb"]
+    assert notebooks.stale(tmp_path) == ["notebooks/en/x.ipynb", "notebooks/ko/x.ipynb", "notebooks/old.ipynb"]
     notebooks.write(tmp_path)
     assert notebooks.stale(tmp_path) == [] and not (tmp_path / "notebooks/old.ipynb").exists()
+
+
+@pytest.mark.parametrize(
+    "page,intro",
+    [
+        # inside a tab: the paragraph before the whole group of tabs
+        (
+            'Two ways.\n\n=== "A"\n\n    ```python\n    --8<-- "snippets/x/gpu.py"\n    ```\n\n'
+            '=== "B"\n\n    ```python\n    --8<-- "snippets/x/prog.py"\n    ```\n',
+            "Two ways.",
+        ),
+        # inside an admonition, a paragraph of its own first
+        (
+            'Before.\n\n??? info "Title"\n\n    Inside.\n\n    ```python\n    --8<-- "snippets/x/prog.py"\n    ```\n',
+            "Inside.",
+        ),
+        # an admonition with nothing before the code, after code: its title
+        (
+            '```python\n--8<-- "snippets/x/gpu.py"\n```\n\n??? info "`prog.py`: the title"\n\n'
+            '    ```python\n    --8<-- "snippets/x/prog.py"\n    ```\n',
+            "`prog.py`: the title",
+        ),
+        # a table or an admonition's body right above: no paragraph of the section introduces it
+        ('| a |\n|---|\n| b |\n\n```python\n--8<-- "snippets/x/prog.py"\n```\n', ""),
+        ('!!! note\n\n    A note.\n\n```python\n--8<-- "snippets/x/prog.py"\n```\n', ""),
+        # a paragraph of several lines, and a list item
+        ('Line one\nline two:\n\n```python\n--8<-- "snippets/x/prog.py:s"\n```\n', "Line one\nline two:"),
+        (
+            'Intro.\n\n- a point\n  that goes on\n\n```python\n--8<-- "snippets/x/prog.py"\n```\n',
+            "- a point\n  that goes on",
+        ),
+    ],
+    ids=["tabs", "admonition", "admonition-title", "table", "note-body", "lines", "list"],
+)
+def test_the_words_before_a_program_on_its_page(tmp_path, page, intro):
+    plant(tmp_path)
+    (tmp_path / "docs/en/t.md").write_text(f"# T\n\n## S {{ #s }}\n\n{page}", encoding="utf-8")
+    about = notebooks.page_intro("en", "t.md", "snippets/x/prog.py", tmp_path)
+    assert (about.prose, about.section, about.url) == (intro, "S", "https://example.org/guide/en/t/#s")
 
 
 def test_a_launch_ipython_would_expand_is_refused(tmp_path):
@@ -222,32 +421,31 @@ def test_a_launch_ipython_would_expand_is_refused(tmp_path):
     prog = tmp_path / "snippets/x/prog.py"
     prog.write_text(prog.read_text().replace("snippets/x/prog.py\n", "snippets/x/prog.py --out=$HOME\n", 1))
     with pytest.raises(ValueError, match="expand"):
-        notebooks.build("x.md", tmp_path)
+        notebooks.build("ko", "x.md", tmp_path)
 
 
-# -- the chapter pages link their notebook ------------------------------------------------------------------------
+# -- the chapter pages link their notebook, in their language ------------------------------------------------------
 
 
-@pytest.mark.parametrize("lang,name", [(lang, name) for lang in LANGS for name in sorted(CHAPTERS)])
+@pytest.mark.parametrize("lang,name", sorted(CHAPTERS))
 def test_chapter_page_links_colab_and_a_download_of_its_notebook(built_site, lang, name):
     lines = notebook_lines(page_html(built_site, lang, name))
     assert len(lines) == 1, f"expected one line offering the notebook, found {len(lines)}"
     parsed = Links(lines[0])
     assert parsed.images == 0, "a plain link: no badge image (the page loads nothing from another host)"
     hrefs = [attrs["href"] for attrs, _ in parsed.links]
-    assert COLAB + CHAPTERS[name] in hrefs, hrefs
+    assert CHAPTERS[lang, name].startswith(f"notebooks/{lang}/")
+    assert colab_prefix() + CHAPTERS[lang, name] in hrefs, hrefs
     downloads = [attrs["href"] for attrs, _ in parsed.links if "download" in attrs]
     assert len(downloads) == 1, hrefs
     file = target(built_site, lang, name, downloads[0])
     assert file.is_file(), f"{downloads[0]} -> {file}: not in the built site"
-    assert file.read_bytes() == (ROOT / CHAPTERS[name]).read_bytes(), "the download is not the chapter's notebook"
+    assert file.read_bytes() == (ROOT / CHAPTERS[lang, name]).read_bytes(), "the download is not this notebook"
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_pages_without_a_notebook_offer_none(built_site, lang):
-    offered = [
-        name for name in pages(lang) if name not in CHAPTERS and notebook_lines(page_html(built_site, lang, name))
-    ]
+    offered = [name for name in pages(lang) if name not in PAGES and notebook_lines(page_html(built_site, lang, name))]
     assert not offered
 
 
@@ -257,29 +455,34 @@ CHECK_EXIT = "assert _exit_code == 0, f'the command above exited with {_exit_cod
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("name", sorted(CHAPTERS))
+@pytest.mark.parametrize("name", PAGES)
 def test_chapter_notebook_runs(name, tmp_path):
-    """Executed in an empty folder on CPU with nbclient; `!` ignores failures, so a check follows every command."""
+    """The default language's copy, executed in an empty folder on CPU with nbclient (the other languages differ in
+    the first cell only: test_languages_differ_in_their_words_only); `!` ignores failures, so a check follows every
+    command."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    nb = nbformat.read(ROOT / CHAPTERS[name], as_version=4)
-    cells = []
+    path = CHAPTERS[DEFAULT_LANG, name]
+    nb = nbformat.read(ROOT / path, as_version=4)
+    run = []
     for cell in nb.cells:
-        cells.append(cell)
+        run.append(cell)
         if cell.cell_type == "code" and cell.source.startswith("!"):
-            cells.append(nbformat.v4.new_code_cell(CHECK_EXIT))
-    nb.cells = cells
+            run.append(nbformat.v4.new_code_cell(CHECK_EXIT))
+    nb.cells = run
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     try:
         client.execute()
     except CellExecutionError as error:
         ran = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
         last = "".join(o.get("text", "") for o in ran[-2].outputs) if len(ran) > 1 else ""
-        pytest.fail(f"{CHAPTERS[name]}: {str(error)[-1500:]}\noutput of the command before:\n{last[-6000:]}")
+        pytest.fail(f"{path}: {str(error)[-1500:]}\noutput of the command before:\n{last[-6000:]}")
+    first = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert first.startswith("torch "), f"the first cell printed: {first}"
     for cell in nb.cells:
         if cell.cell_type == "code" and cell.source.startswith(WRITEFILE):
-            path = cell.source.split("\n", 1)[0].removeprefix(WRITEFILE)
-            assert (tmp_path / path).read_bytes() == (ROOT / path).read_bytes(), f"{path} was not written byte for byte"
+            written = cell.source.split("\n", 1)[0].removeprefix(WRITEFILE)
+            assert (tmp_path / written).read_bytes() == (ROOT / written).read_bytes(), f"{written} not byte for byte"
     assert sum(c.source == CHECK_EXIT for c in nb.cells) == sum(map(notebooks.runs_on_cpu, page_programs("ko", name)))

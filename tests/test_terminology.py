@@ -12,8 +12,8 @@ the glossary's introduction explains:
 
 Code (fences, inline code), link targets, heading ids and HTML comments are not prose and are not checked.
 Besides the Korean pages and notebook cells, the Korean strings the site shows from elsewhere are checked too: the
-figures' text, the build's Korean phrases (theme/text/ko.yml) and the calculators' Korean labels; the chapter
-notebooks, which are bilingual, only for the Korean spellings.
+figures' text, the build's Korean phrases (theme/text/ko.yml) and the calculators' Korean labels; and the
+Korean chapter notebooks (notebooks/ko/).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ WILDCARD = "…"
 FIGURES = sorted((DOCS / "ko" / "assets").glob("*.svg"))
 SITE_PHRASES = ROOT / "theme" / "text" / "ko.yml"
 CALCULATORS = DOCS / "javascripts" / "calculators.js"
-CHAPTER_NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CHAPTER_NOTEBOOKS = sorted((ROOT / "notebooks" / "ko").glob("*.ipynb"))  # the Korean chapter notebooks
 
 
 @dataclass(frozen=True)
@@ -214,12 +214,13 @@ def other_korean_texts() -> list[tuple[str, str, bool]]:
         texts.append(("theme/text/ko.yml", _lines_keeping_numbers(SITE_PHRASES.read_text("utf-8"), _yaml_value), False))
     if CALCULATORS.exists():
         texts.append(("docs/javascripts/calculators.js (ko)", _calculators_ko(CALCULATORS.read_text("utf-8")), False))
+    assert CHAPTER_NOTEBOOKS, "no Korean chapter notebooks found"
     for path in CHAPTER_NOTEBOOKS:
         cells = json.loads(path.read_text("utf-8")).get("cells", [])
         for index, cell in enumerate(cells):
             if cell.get("cell_type") == "markdown":
                 source = "".join(cell.get("source", []))
-                texts.append((f"{path.relative_to(ROOT).as_posix()} (markdown cell {index})", source, True))
+                texts.append((f"{path.relative_to(ROOT).as_posix()} (markdown cell {index})", source, False))
     return texts
 
 

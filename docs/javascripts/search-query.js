@@ -102,8 +102,8 @@ function clauses(searched, typed) {
   if (searched.length > 1) {
     // a typed word of two letters (TP, AC) as a whole word, not as the start of every word that begins with it:
     // "ac^1" (a boost of 1 changes no score) is a form Material sends on without adding "*"
-    const terms = searched.join(" ").split(/\s+/).map((term) => (term === typed && term.length <= 2 ? `${term}^1` : term));
-    return [...new Set(terms)];
+    const terms = [...new Set(searched.join(" ").split(/\s+/))];
+    return terms.map((term) => (term === typed && term.length <= 2 ? `${term}^1` : term));
   }
   const terms = searched[0].split(/\s+/);
   return terms.length > 1 ? terms.map((term) => `+${term}*`) : terms;
@@ -156,13 +156,13 @@ function searchQuery(query) {
 }
 window.searchQuery = searchQuery;  // the browser tests read the query actually sent
 
-// Material's worker, started from a small script that first mends lunr's word set. lunr (2.3.9, the last release)
-// merges the nodes of its word set that print the same, printing each as its edges' labels run together with
-// the ids of the nodes they lead to: with digits for labels, two different nodes can print the same ("7" to
-// node 12, "8" to node 3; "7" to node 1283), and a search for the start of a word then lists words the index
-// lacks and fails as a whole (olivernn/lunr.js#503, #314). On the Korean index, any query with the word 0 failed,
-// as every search also asks for suggestions, which match words by their start. A comma after each id keeps the
-// printed forms apart.
+// Material's worker, started from a small script that first mends lunr's word set. lunr 2.3.9 (the last release)
+// merges the nodes of its word set that print alike, and prints a node as its edges' labels run together with the
+// ids of the nodes they lead to. With digits for labels two different nodes can print alike ("7" to node 12 and
+// "8" to node 3; "7" to node 1283): a search for the start of a word then lists words the index lacks, and the
+// whole search fails ("Cannot read properties of undefined (reading '_index')", olivernn/lunr.js#314). On the
+// Korean index every query with the word 0 failed so, since each search also asks for suggestions, which match
+// words by their start. A comma after each id keeps the printed forms apart.
 const WORKER = (material) => `
   const load = self.importScripts.bind(self);
   self.importScripts = (...urls) => load(...urls.map((url) => new URL(url, ${JSON.stringify(material)}).href));

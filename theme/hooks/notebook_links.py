@@ -1,11 +1,12 @@
 """Offer every notebook on its page: a chapter's generated notebook, and the page notebooks themselves.
 
 A chapter page that runs programs (guidekit/notebooks.py decides which) gets one line under its title: "Open in
-Colab" and a download of ``notebooks/<chapter>.ipynb``, which the site serves at its repository path
-(served_files.py). Plain links: no badge image, nothing loads from another host. A notebook page
-(``performance.ipynb``) gets a download of its own ``.ipynb``, which mkdocs-jupyter's ``include_source`` copies next
-to the page (``performance/performance.ipynb``, ``en/performance/performance.ipynb``: theme/hooks/i18n_notebooks.py
-keeps the language-aware destination it copies to).
+Colab" and a download of the notebook in the page's language, ``notebooks/<lang>/<chapter>.ipynb`` (the Korean page
+links the Korean notebook), which the site serves at its repository path (served_files.py). Plain links: no badge
+image, nothing loads from another host. A notebook page (``performance.ipynb``) gets a download of its own
+``.ipynb``, which mkdocs-jupyter's ``include_source`` copies next to the page (``performance/performance.ipynb``,
+``en/performance/performance.ipynb``: theme/hooks/i18n_notebooks.py keeps the language-aware destination it copies
+to).
 """
 
 import html
@@ -27,7 +28,7 @@ def _lang(page, config) -> str:
 def on_page_markdown(markdown, page, config, files):
     lang = _lang(page, config)
     root = Path(config.config_file_path).parent
-    path = notebooks.chapter_notebook(page.file.src_uri.removeprefix(f"{lang}/"), root)
+    path = notebooks.chapter_notebook(lang, page.file.src_uri.removeprefix(f"{lang}/"), root)
     at = title_line(markdown) if path else None
     if at is None:
         return markdown

@@ -1,5 +1,5 @@
 """The site serves, at their repository paths, every file a page offers for download: each program a page includes
-and the files it needs beside it (``snippets/x/y.py``), and each chapter notebook (``notebooks/<chapter>.ipynb``).
+and the files it needs beside it (``snippets/x/y.py``), and each chapter notebook (``notebooks/<lang>/<chapter>.ipynb``).
 One copy for both languages, linked from the pages of each."""
 
 from pathlib import Path
