@@ -5,7 +5,9 @@ Formats (one owner each; no other module parses them):
 - `guidekit.spec`: what a program declares about itself (launch, requirements, ranks, timeout, output rules);
 - `guidekit.sections`: section markers in programs (``# --8<-- [start:name]``) and what an include shows;
 - `guidekit.outputs`: recordings of what programs printed, and the manifest of what they used;
-- `guidekit.pages`: where pages live (``docs/<lang>/``), their includes, and where they land on the built site.
+- `guidekit.pages`: where pages live (``docs/<lang>/``), their includes, where they land on the built site, and the
+  repository's address (``repo:`` links, from mkdocs.yml's repo_url);
+- `guidekit.glossary`: the glossary's table (the terminology test and the search synonyms read it).
 
 The test machinery, registered for every pytest run by the root ``conftest.py``:
 
