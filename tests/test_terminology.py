@@ -25,12 +25,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from guidekit import ROOT
+from guidekit import ROOT, glossary
 from guidekit.pages import DOCS, fences, notebook_cells, notebooks, pages
 
 GLOSSARY = DOCS / "ko" / "glossary.md"
-REJECTED_HEADER = "쓰지 않는 표기"
-PREFERRED_HEADER = "한국어"
 INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 LINK_TARGET = re.compile(r"\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")  # [text](target "title"): the text stays
 URL = re.compile(r"<?https?://[^\s>)]+>?")
@@ -90,32 +88,9 @@ def spelling_pattern(spelling: str) -> re.Pattern:
     return re.compile(pattern)
 
 
-def _cells(row: str) -> list[str]:
-    return [cell.strip() for cell in row.strip().strip("|").split("|")]
-
-
-def _spellings(cell: str) -> tuple[str, ...]:
-    cell = INLINE_CODE.sub("", cell)
-    return tuple(s.strip() for s in cell.split(",") if s.strip() and s.strip() not in {"—", "-"})
-
-
 def load_rules(text: str | None = None) -> list[Rule]:
-    """The glossary table: the row whose header names the rejected column, and every row below it."""
-    lines = (GLOSSARY.read_text(encoding="utf-8") if text is None else text).splitlines()
-    header = next((i for i, line in enumerate(lines) if line.startswith("|") and REJECTED_HEADER in line), None)
-    assert header is not None, f"{GLOSSARY} has no table with a '{REJECTED_HEADER}' column"
-    columns = _cells(lines[header])
-    preferred_col = next(i for i, c in enumerate(columns) if c.startswith(PREFERRED_HEADER))
-    rejected_col = next(i for i, c in enumerate(columns) if REJECTED_HEADER in c)
-    rules = []
-    for line in lines[header + 2 :]:
-        if not line.startswith("|"):
-            break
-        cells = _cells(line)
-        rejected = _spellings(cells[rejected_col])
-        if rejected:
-            rules.append(Rule(_spellings(cells[preferred_col]), rejected))
-    return rules
+    """The glossary table's rows that reject a spelling (guidekit.glossary reads the table)."""
+    return [Rule(e.korean, e.rejected) for e in glossary.entries(text) if e.rejected]
 
 
 def prose_lines(text: str) -> list[tuple[int, str]]:
