@@ -237,7 +237,7 @@
       torchrun: "노드마다 torchrun",
       slurmTorchrun: "Slurm: srun torchrun",
       slurmPython: "Slurm: srun python(torchrun 없이)",
-      k8s: "Kubernetes(Indexed Job)",
+      k8s: "쿠버네티스(인덱스 잡)",
       script: "학습 스크립트",
       noteSingle: "그 노드에서 실행하세요. --standalone은 랑데부용 키-값 저장소를 이 노드의 빈 포트에 띄웁니다.",
       noteNodes: "모든 노드에서 같은 명령을 실행하세요. HEAD_NODE와 JOB_ID는 주석대로 정해 둡니다.",
@@ -246,7 +246,7 @@
       noteSlurmPython:
         "파일로 저장해 sbatch로 제출하세요. 프로그램이 env_vars.py의 env_from_slurm()처럼 SLURM_* 변수를 RANK, LOCAL_RANK 등으로 직접 옮겨야 합니다. 노드 2개, GPU 8개라면 snippets/launch/slurm_srun.sbatch와 같습니다.",
       noteK8s:
-        "이름이 ddp인 Indexed Job의 모든 파드가 실행할 명령입니다. 노드마다 파드 하나, 파드의 subdomain은 이름이 ddp인 헤드리스 서비스입니다. 노드 2개, GPU 4개라면 Job과 서비스를 담은 snippets/launch/k8s_ddp.yaml의 명령과 같습니다.",
+        "이름이 ddp인 인덱스 잡의 모든 파드가 실행할 명령입니다. 노드마다 파드 하나, 파드의 subdomain은 이름이 ddp인 헤드리스 서비스입니다. 노드 2개, GPU 4개라면 Job과 서비스를 담은 snippets/launch/k8s_ddp.yaml의 명령과 같습니다.",
     },
   };
 
@@ -289,8 +289,7 @@
     if (RULES[id]) {
       // what is wrong with the value, beside the field; the page's stylesheet greys every <small>, so colour it here
       const problem = el("small", { id: `${id}-problem`, class: "calc-problem", role: "alert", hidden: "" });
-      problem.style.color = "var(--md-typeset-del-color, #d32f2f)";
-      problem.style.fontWeight = "700";
+      Object.assign(problem.style, ERROR_STYLE);
       wrap.append(problem);
     }
     return wrap;
@@ -416,10 +415,15 @@
     return el("table", {}, el("thead", {}, head), el("tbody", {}, ...body));
   }
 
+  // Solid red, readable in both colour schemes (Material's --md-typeset-del-color is a translucent background tint).
+  const ERROR_STYLE = { color: "#d32f2f", fontWeight: "700" };
+
   function show(out, problems, build) {
     out.replaceChildren();
     if (problems.length) {
-      out.append(el("p", { class: "calc-error", text: t("invalid") + problems.join(", ") }));
+      const message = el("p", { class: "calc-error", text: t("invalid") + problems.join(", ") });
+      Object.assign(message.style, ERROR_STYLE);
+      out.append(message);
       return;
     }
     build();
@@ -868,7 +872,10 @@
         code.textContent = launchScript(nodes, gpus, launcher, script);
         const key = { torchrun: nodes === 1 ? "noteSingle" : "noteNodes", slurmTorchrun: "noteSlurmTorchrun", slurmPython: "noteSlurmPython", k8s: "noteK8s" }[launcher];
         note.textContent = t(key);
-        out.append(el("pre", {}, code), note);
+        // long lines wrap instead of scrolling; copying keeps them whole
+        const pre = el("pre", {}, code);
+        Object.assign(pre.style, { whiteSpace: "pre-wrap", overflowWrap: "anywhere" });
+        out.append(pre, note);
       });
     }
     form.addEventListener("input", update);
