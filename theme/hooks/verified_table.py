@@ -1,6 +1,13 @@
-"""The home page's table of every example and its last recorded runs: ``<!-- verified-examples -->`` becomes one row
-per program, x (CPU/gloo, GPU/NCCL), each cell the torch and date of its last passed run from the committed manifest
-(guidekit/outputs.py), each program linked to the first page that shows it."""
+"""What ran where, from the committed manifest of recorded runs (guidekit/outputs.py) and the programs' own
+declarations (guidekit/spec.py), so that no page types a count or a version:
+
+- ``<!-- verified-examples -->`` becomes a table, one row per program, x (CPU/gloo, GPU/NCCL), each cell the torch
+  and date of its last passed run, each program linked to the first page that shows it (the "What ran where" page);
+- ``<!-- verified-summary -->`` becomes one sentence: how many programs, how many CI runs on the CPU with gloo (with
+  the torch and date of the newest recording), how many need CUDA GPUs, how many have a recorded GPU run (the home
+  page and the "What ran where" page).
+
+Program links are relative to the page, which must therefore sit at the top of docs/<lang>/."""
 
 from __future__ import annotations
 
@@ -11,14 +18,15 @@ from program_notes import passed
 from guidekit import outputs
 from guidekit.pages import page_files, page_includes
 from guidekit.sections import parse_target
-from guidekit.spec import all_snippets
+from guidekit.spec import all_snippets, parse_spec
 from guidekit.text import text
 
 PLACEHOLDER = "<!-- verified-examples -->"
+SUMMARY = "<!-- verified-summary -->"
 
 
 def table(lang: str, root: Path) -> str:
-    t, manifest = text(lang)["verified_table"], outputs.read_manifest(root)
+    t, manifest = text(lang, root)["verified_table"], outputs.read_manifest(root)
     shown: dict[str, str] = {}
     for name in sorted(page_files(lang, root / "docs")):
         for target in page_includes(lang, name, root / "docs"):
@@ -37,8 +45,36 @@ def table(lang: str, root: Path) -> str:
     return "\n".join(rows)
 
 
+def counts(root: Path) -> dict:
+    """The figures of the summary: programs, passed CPU runs (with their newest torch and date), programs that need
+    CUDA GPUs, passed GPU runs."""
+    manifest = outputs.read_manifest(root)
+    paths = [snippet.relative_to(root).as_posix() for snippet in all_snippets(root)]
+    cpu = [entry for path in paths if (entry := passed(manifest, "cpu", path))]
+    newest = max(cpu, key=lambda entry: entry["date"], default={"torch": "?", "date": "?"})
+    return {
+        "programs": len(paths),
+        "cpu": len(cpu),
+        "torch": newest["torch"],
+        "date": newest["date"],
+        "gpu": sum(1 for snippet in all_snippets(root) if parse_spec(snippet, root).gpus),
+        "gpu_runs": sum(1 for path in paths if passed(manifest, "cuda", path)),
+    }
+
+
+def summary(lang: str, root: Path) -> str:
+    t, figures = text(lang, root)["verified_table"], counts(root)
+    gpu_runs = t["gpu_runs"] if figures["gpu_runs"] else t["gpu_runs_none"]
+    return f"{t['summary'].format(**figures)} {gpu_runs.format(**figures)}"
+
+
 def on_page_markdown(markdown, page, config, files):
-    if PLACEHOLDER not in markdown:
+    if PLACEHOLDER not in markdown and SUMMARY not in markdown:
         return markdown
     lang = getattr(page.file, "locale", None) or config["theme"]["language"]
-    return markdown.replace(PLACEHOLDER, table(lang, Path(config.config_file_path).parent))
+    root = Path(config.config_file_path).parent
+    if SUMMARY in markdown:
+        markdown = markdown.replace(SUMMARY, summary(lang, root))
+    if PLACEHOLDER in markdown:
+        markdown = markdown.replace(PLACEHOLDER, table(lang, root))
+    return markdown
