@@ -1,4 +1,5 @@
-"""Wrap a model in nn.DataParallel and check it computes what the bare model computes."""
+"""Wrap a model in nn.DataParallel and check
+it computes what the bare model computes."""
 # launch: python snippets/data_parallel/basic.py
 
 # --8<-- [start:model]
@@ -19,7 +20,8 @@ parallel_model = nn.DataParallel(model)
 
 # --8<-- [start:forward]
 inputs = torch.randn(100, 10, device=device)
-outputs = parallel_model(inputs)  # split along dim 0 across GPUs, gathered on cuda:0
+# split along dim 0 across GPUs, gathered on cuda:0
+outputs = parallel_model(inputs)
 print("device_ids:", parallel_model.device_ids)  # [] without CUDA
 print("output:", tuple(outputs.shape), outputs.device)
 # --8<-- [end:forward]
@@ -32,7 +34,8 @@ losses = []
 for _ in range(50):
     optimizer.zero_grad()
     loss = nn.functional.mse_loss(parallel_model(inputs), targets)
-    loss.backward()  # gradients of every replica are summed into `model`'s parameters
+    # gradients of every replica are summed into `model`'s parameters
+    loss.backward()
     optimizer.step()
     losses.append(loss.item())
 print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
@@ -46,9 +49,13 @@ import tempfile
 assert all(k.startswith("module.") for k in parallel_model.state_dict())
 with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "model.pt")
-    torch.save(parallel_model.module.state_dict(), path)  # the bare model's weights
-    fresh = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))  # no DP
-    fresh.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    # the bare model's weights
+    torch.save(parallel_model.module.state_dict(), path)
+    # no DP
+    fresh = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
+    fresh.load_state_dict(
+        torch.load(path, map_location="cpu", weights_only=True)
+    )
 # --8<-- [end:save]
 
 # --8<-- [start:checks]
@@ -56,8 +63,10 @@ assert outputs.shape == (100, 5)
 assert losses[-1] < losses[0] / 2, "training should reduce the loss"
 assert parallel_model.module is model  # DP trains the module you passed in
 with torch.no_grad():
-    torch.testing.assert_close(parallel_model(inputs), model(inputs))  # same function
-    torch.testing.assert_close(fresh(inputs.cpu()), model(inputs).cpu())  # round-trip
+    # same function
+    torch.testing.assert_close(parallel_model(inputs), model(inputs))
+    # round-trip
+    torch.testing.assert_close(fresh(inputs.cpu()), model(inputs).cpu())
 if not torch.cuda.is_available():
     assert parallel_model.device_ids == []  # no CUDA: DP just calls the module
 # --8<-- [end:checks]

@@ -5,7 +5,7 @@
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -16,11 +16,12 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 # --8<-- [start:setup]
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -32,29 +33,45 @@ def setup() -> torch.device:
 
 
 # --8<-- [start:train]
-def train(device: torch.device, epochs: int = 5) -> tuple[nn.Module, list[float]]:
-    torch.manual_seed(0)  # same data on every rank; DDP syncs the initial weights anyway
-    x = torch.randn(256 * dist.get_world_size(), 10)  # 8 steps an epoch on any number of ranks
+def train(
+    device: torch.device, epochs: int = 5
+) -> tuple[nn.Module, list[float]]:
+    # same data on every rank; DDP syncs the initial weights anyway
+    torch.manual_seed(0)
+    # 8 steps an epoch on any number of ranks
+    x = torch.randn(256 * dist.get_world_size(), 10)
     dataset = TensorDataset(x, x[:, :5].sin())
-    sampler = DistributedSampler(dataset, shuffle=True, seed=0)  # each rank gets its own 1/world of the data
-    loader = DataLoader(dataset, batch_size=32, sampler=sampler)  # 32 per rank, 32 * world per step
+    # each rank gets its own 1/world of the data
+    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    # 32 per rank, 32 * world per step
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
 
-    model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5)).to(device)
-    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    model = nn.Sequential(
+        nn.Linear(10, 20),
+        nn.ReLU(),
+        nn.Linear(20, 5),
+    ).to(device)
+    ddp_model = DDP(
+        model, device_ids=[device.index] if device.type == "cuda" else None
+    )
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.5)
 
     epoch_losses = []
     for epoch in range(epochs):
-        sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on all ranks
-        totals = torch.zeros(2, device=device)  # sum of batch losses, number of batches
+        # a new shuffle every epoch, the same on all ranks
+        sampler.set_epoch(epoch)
+        # sum of batch losses, number of batches
+        totals = torch.zeros(2, device=device)
         for inputs, targets in loader:
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
             loss = nn.functional.mse_loss(ddp_model(inputs), targets)
-            loss.backward()  # gradients are all-reduced (averaged) across ranks here
+            # gradients are all-reduced (averaged) across ranks here
+            loss.backward()
             optimizer.step()
             totals += torch.stack([loss.detach(), torch.ones_like(loss)])
-        dist.all_reduce(totals)  # sum over ranks: every rank gets the global mean
+        # sum over ranks: every rank gets the global mean
+        dist.all_reduce(totals)
         epoch_losses.append((totals[0] / totals[1]).item())
         if dist.get_rank() == 0:
             print(f"epoch {epoch}: mean loss {epoch_losses[-1]:.4f}")
@@ -70,7 +87,9 @@ def assert_replicas_equal(model: nn.Module) -> None:
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     replicas = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(replicas, flat)
-    assert all(torch.equal(replicas[0], r) for r in replicas), "replicas diverged"
+    assert all(torch.equal(replicas[0], r) for r in replicas), (
+        "replicas diverged"
+    )
 
 
 # --8<-- [end:check]
@@ -84,7 +103,10 @@ def main() -> None:
         assert losses[-1] < 0.7 * losses[0], f"loss did not fall: {losses}"
         assert_replicas_equal(model)
         if dist.get_rank() == 0:
-            print(f"{dist.get_world_size()} ranks on {device.type} ({dist.get_backend()}): replicas identical")
+            print(
+                f"{dist.get_world_size()} ranks on {device.type} "
+                f"({dist.get_backend()}): replicas identical"
+            )
     finally:
         dist.destroy_process_group()
 

@@ -1,4 +1,5 @@
-"""A rank that never arrives: what a collective timeout looks like, and monitored_barrier naming the missing rank."""
+"""A rank that never arrives: what a collective timeout
+looks like, and monitored_barrier naming the missing rank."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/debugging/stuck_rank.py
 # output-varies: \[(\S+)/gloo/transport
 # output-excerpt: timeout ^all_reduce:
@@ -14,11 +15,12 @@ STUCK_RANK = 1
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -28,7 +30,8 @@ def setup() -> torch.device:
 
 # --8<-- [start:timeout]
 def collective_timeout(group: dist.ProcessGroup) -> str:
-    """All-reduce while a peer never joins: gloo gives up after the group's timeout."""
+    """All-reduce while a peer never joins:
+    gloo gives up after the group's timeout."""
     try:
         dist.all_reduce(torch.ones(4), group=group)
     except RuntimeError as err:
@@ -41,12 +44,19 @@ def collective_timeout(group: dist.ProcessGroup) -> str:
 
 # --8<-- [start:monitored]
 def missing_ranks_report(group: dist.ProcessGroup) -> str:
-    """Rank 0 waits for every rank and reports all that did not arrive in time."""
+    """Rank 0 waits for every rank and
+    reports all that did not arrive in time."""
     try:
-        dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=1), wait_all_ranks=True)
+        dist.monitored_barrier(
+            group=group,
+            timeout=datetime.timedelta(seconds=1),
+            wait_all_ranks=True,
+        )
     except RuntimeError as err:
         return str(err)
-    raise AssertionError("monitored_barrier passed although a rank never arrived")
+    raise AssertionError(
+        "monitored_barrier passed although a rank never arrived"
+    )
 
 
 # --8<-- [end:monitored]
@@ -56,13 +66,22 @@ def missing_ranks_report(group: dist.ProcessGroup) -> str:
 def main() -> None:
     setup()
     rank = dist.get_rank()
-    # Side groups on gloo (CPU tensors): monitored_barrier is gloo-only, so NCCL jobs need one as well.
-    short = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=2))
+    # Side groups on gloo (CPU tensors): monitored_barrier
+    # is gloo-only, so NCCL jobs need one as well.
+    short = dist.new_group(
+        backend="gloo", timeout=datetime.timedelta(seconds=2)
+    )
     watch = dist.new_group(backend="gloo")
-    # The launcher's store still works when a group is broken: the stuck rank waits on it to end the demo fast.
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    # The launcher's store still works when a group is broken:
+    # the stuck rank waits on it to end the demo fast.
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+    )
 
-    if rank == STUCK_RANK:  # stands in for a rank stuck in a data loader, a deadlock, a dead GPU ...
+    # stands in for a rank stuck in a data loader, a deadlock, a dead GPU ...
+    if rank == STUCK_RANK:
         store.wait(["demo-done"], datetime.timedelta(seconds=60))
     elif rank == 0:
         message = collective_timeout(short)
@@ -70,14 +89,21 @@ def main() -> None:
         assert "Timed out" in message, message
         report = missing_ranks_report(watch)
         print(f"monitored_barrier: {report}", flush=True)
-        assert f"Ranks {STUCK_RANK} failed to pass monitoredBarrier" in report, report
+        assert (
+            f"Ranks {STUCK_RANK} failed to pass monitoredBarrier" in report
+        ), report
         store.set("demo-done", "1")
-    else:  # ranks that arrived learn only that rank 0 failed: the missing ranks are named in rank 0's log
+    else:
+        # ranks that arrived learn only that rank 0 failed:
+        # the missing ranks are named in rank 0's log
         try:
-            dist.monitored_barrier(group=watch, timeout=datetime.timedelta(seconds=30))
+            dist.monitored_barrier(
+                group=watch, timeout=datetime.timedelta(seconds=30)
+            )
         except RuntimeError as err:
             assert "successfully reached monitoredBarrier" in str(err), err
-    # After a timeout the groups are unusable (no destroy, no retry): exit and let the launcher restart the job.
+    # After a timeout the groups are unusable (no destroy,
+    # no retry): exit and let the launcher restart the job.
     os._exit(0)
 
 

@@ -1,4 +1,5 @@
-"""NCCL all-reduce across GPUs: every sum checked, busbw set against NVLink and PCIe link rates."""
+"""NCCL all-reduce across GPUs: every sum checked,
+busbw set against NVLink and PCIe link rates."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/gpu_box/nccl_allreduce.py
 # requires: gpus=2
 
@@ -11,11 +12,12 @@ import torch.distributed as dist
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -24,16 +26,22 @@ def setup() -> torch.device:
 
 
 # same as snippets/gpu_box/allreduce_bw.py:measure
-def measure(nbytes: int, device: torch.device, iters: int) -> tuple[float, float, float]:
-    """All-reduce `nbytes` of fp32; check the sum, then return (seconds per call, algbw, busbw) in s and GB/s."""
+def measure(
+    nbytes: int, device: torch.device, iters: int
+) -> tuple[float, float, float]:
+    """All-reduce `nbytes` of fp32; check the sum, then
+    return (seconds per call, algbw, busbw) in s and GB/s."""
     n, rank = dist.get_world_size(), dist.get_rank()
     x = torch.full((nbytes // 4,), float(rank), device=device)
     dist.all_reduce(x)
     expected = n * (n - 1) / 2  # every element: the sum of the ranks 0 .. n-1
-    assert torch.all(x == expected), f"{nbytes} B: got {x[:4].tolist()}, expected {expected}"
+    assert torch.all(x == expected), (
+        f"{nbytes} B: got {x[:4].tolist()}, expected {expected}"
+    )
 
     x.zero_()
-    for _ in range(2):  # warm-up: NCCL sets up channels and buffers on first use
+    # warm-up: NCCL sets up channels and buffers on first use
+    for _ in range(2):
         dist.all_reduce(x)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -43,24 +51,40 @@ def measure(nbytes: int, device: torch.device, iters: int) -> tuple[float, float
         dist.all_reduce(x)
     if device.type == "cuda":  # NCCL calls return before the GPU has finished
         torch.cuda.synchronize(device)
-    elapsed = torch.tensor([(time.perf_counter() - start) / iters], device=device)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+    elapsed = torch.tensor(
+        [(time.perf_counter() - start) / iters], device=device
+    )
+    # the slowest rank sets the pace
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
 
     seconds = elapsed.item()
     algbw = nbytes / seconds / 1e9
-    busbw = algbw * 2 * (n - 1) / n  # what each link carries in a ring all-reduce
+    # what each link carries in a ring all-reduce
+    busbw = algbw * 2 * (n - 1) / n
     return seconds, algbw, busbw
 
 
 # same as snippets/gpu_box/allreduce_bw.py:sweep
-def sweep(device: torch.device, sizes: list[int], iters: int) -> list[tuple[int, float, float, float]]:
-    """Measure every size; rank 0 prints a table like nccl-tests' all_reduce_perf."""
+def sweep(
+    device: torch.device, sizes: list[int], iters: int
+) -> list[tuple[int, float, float, float]]:
+    """Measure every size; rank 0 prints a
+    table like nccl-tests' all_reduce_perf."""
     rows = [(size, *measure(size, device, iters)) for size in sizes]
     if dist.get_rank() == 0:
-        print(f"{dist.get_backend()} all-reduce, {dist.get_world_size()} ranks on {device.type}")
-        print(f"{'size (B)':>12} {'time (us)':>11} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
+        print(
+            f"{dist.get_backend()} all-reduce, {dist.get_world_size()} "
+            f"ranks on {device.type}"
+        )
+        print(
+            f"{'size (B)':>12} {'time (us)':>11} {'algbw (GB/s)':>13} "
+            f"{'busbw (GB/s)':>13}"
+        )
         for size, seconds, algbw, busbw in rows:
-            print(f"{size:>12} {seconds * 1e6:>11.1f} {algbw:>13.2f} {busbw:>13.2f}")
+            print(
+                f"{size:>12} {seconds * 1e6:>11.1f} {algbw:>13.2f} "
+                f"{busbw:>13.2f}"
+            )
     return rows
 
 
@@ -68,9 +92,12 @@ def sweep(device: torch.device, sizes: list[int], iters: int) -> list[tuple[int,
 LINK_GBPS = {  # per direction; busbw is comparable with these
     "NVLink4 (H100/H200: 900 GB/s both directions)": 450,
     "PCIe Gen5 x16": 63,
-    "PCIe Gen4 x16": 31.5,  # 16 GT/s x 16 lanes, 128b/130b: the same rates as snippets/benchmark
+    # 16 GT/s x 16 lanes, 128b/130b: the same rates as snippets/benchmark
+    "PCIe Gen4 x16": 31.5,
 }
-MIN_BUSBW_GBPS = 2  # below this NCCL is on a broken path (sockets, no P2P/SHM), not merely a slow link
+# below this NCCL is on a broken path (sockets,
+# no P2P/SHM), not merely a slow link
+MIN_BUSBW_GBPS = 2
 MAX_BUSBW_GBPS = 2000  # above any NVLink generation: the timing itself is wrong
 # --8<-- [end:links]
 
@@ -80,13 +107,22 @@ def main() -> None:
     device = setup()
     try:
         assert dist.get_backend() == "nccl", "needs one GPU per rank"
-        rows = sweep(device, [2**k for k in range(20, 31, 2)], iters=20)  # 1 MiB .. 1 GiB
+        # 1 MiB .. 1 GiB
+        rows = sweep(device, [2**k for k in range(20, 31, 2)], iters=20)
         best = max(busbw for *_, busbw in rows)
         if dist.get_rank() == 0:
-            print(f"GPU 0 <-> GPU 1 peer access (P2P): {torch.cuda.can_device_access_peer(0, 1)}")
+            print(
+                "GPU 0 <-> GPU 1 peer access (P2P): "
+                f"{torch.cuda.can_device_access_peer(0, 1)}"
+            )
             for link, rate in LINK_GBPS.items():
-                print(f"peak busbw {best:.1f} GB/s = {best / rate:.0%} of {link} ({rate} GB/s per direction)")
-        assert MIN_BUSBW_GBPS < best < MAX_BUSBW_GBPS, f"busbw {best:.1f} GB/s is outside the sane range"
+                print(
+                    f"peak busbw {best:.1f} GB/s = {best / rate:.0%} of "
+                    f"{link} ({rate} GB/s per direction)"
+                )
+        assert MIN_BUSBW_GBPS < best < MAX_BUSBW_GBPS, (
+            f"busbw {best:.1f} GB/s is outside the sane range"
+        )
     finally:
         dist.destroy_process_group()
 

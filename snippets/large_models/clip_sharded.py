@@ -1,4 +1,5 @@
-"""clip_grad_norm_ on sharded gradients (FSDP2, tensor parallel): the norm of the whole model, as one process."""
+"""clip_grad_norm_ on sharded gradients (FSDP2, tensor
+parallel): the norm of the whole model, as one process."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/clip_sharded.py
 # timeout: 240
 
@@ -6,22 +7,27 @@ import gc
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -31,10 +37,14 @@ def setup() -> torch.device:
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
@@ -55,15 +65,19 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     # --8<-- [start:reference]
     reference = make_model().to(device)
     nn.functional.mse_loss(reference(x), y).backward()
-    ref_norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), MAX_NORM)  # one process
+    # one process
+    ref_norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), MAX_NORM)
     assert ref_norm > MAX_NORM  # so the gradients really are scaled down
     # --8<-- [end:reference]
 
     # --8<-- [start:fsdp]
     fsdp = fully_shard(make_model().to(device), mesh=mesh)
-    x_mine, y_mine = x.chunk(world)[rank], y.chunk(world)[rank]  # data parallel: a slice each
-    nn.functional.mse_loss(fsdp(x_mine), y_mine).backward()  # each rank: its shard of every gradient
-    fsdp_norm = torch.nn.utils.clip_grad_norm_(fsdp.parameters(), MAX_NORM)  # a collective: every rank
+    # data parallel: a slice each
+    x_mine, y_mine = x.chunk(world)[rank], y.chunk(world)[rank]
+    # each rank: its shard of every gradient
+    nn.functional.mse_loss(fsdp(x_mine), y_mine).backward()
+    # a collective: every rank
+    fsdp_norm = torch.nn.utils.clip_grad_norm_(fsdp.parameters(), MAX_NORM)
     assert isinstance(fsdp_norm, DTensor)
     torch.testing.assert_close(fsdp_norm.full_tensor(), ref_norm)
     # --8<-- [end:fsdp]
@@ -71,22 +85,31 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     # --8<-- [start:tp]
     plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
     tp = parallelize_module(make_model().to(device), mesh, plan)
-    nn.functional.mse_loss(tp(x), y).backward()  # tensor parallel: every rank the whole batch
+    # tensor parallel: every rank the whole batch
+    nn.functional.mse_loss(tp(x), y).backward()
     tp_norm = torch.nn.utils.clip_grad_norm_(tp.parameters(), MAX_NORM)
     torch.testing.assert_close(tp_norm.full_tensor(), ref_norm)
     # --8<-- [end:tp]
 
     # --8<-- [start:check]
-    for model in (fsdp, tp):  # the clipped gradients: the reference's, shard by shard
+    # the clipped gradients: the reference's, shard by shard
+    for model in (fsdp, tp):
         for p, ref in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad.full_tensor(), ref.grad)
     if rank == 0:
-        print(f"one process: total norm {ref_norm.item():.6f}, clipped to {MAX_NORM}")
         print(
-            f"FSDP2, {world} ranks: {type(fsdp_norm).__name__} {fsdp_norm.placements}, "
+            f"one process: total norm {ref_norm.item():.6f}, clipped to "
+            f"{MAX_NORM}"
+        )
+        print(
+            f"FSDP2, {world} ranks: {type(fsdp_norm).__name__} "
+            f"{fsdp_norm.placements}, "
             f"full_tensor() {fsdp_norm.full_tensor().item():.6f}"
         )
-        print(f"TP, {world} ranks: full_tensor() {tp_norm.full_tensor().item():.6f}; clipped gradients equal")
+        print(
+            f"TP, {world} ranks: full_tensor() "
+            f"{tp_norm.full_tensor().item():.6f}; clipped gradients equal"
+        )
     # --8<-- [end:check]
 
 
@@ -94,7 +117,8 @@ def main() -> None:
     device = setup()
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     try:
-        run(mesh, device)  # every model lives and dies in here, before the groups go
+        # every model lives and dies in here, before the groups go
+        run(mesh, device)
     finally:
         teardown_mesh(mesh)
 

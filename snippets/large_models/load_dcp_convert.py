@@ -1,4 +1,5 @@
-"""A sharded DCP checkpoint to one torch.save file and back, then resumed on 2 ranks: the same tensors throughout."""
+"""A sharded DCP checkpoint to one torch.save file and
+back, then resumed on 2 ranks: the same tensors throughout."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/load_dcp_convert.py
 
 import gc
@@ -8,23 +9,30 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save, torch_save_to_dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.format_utils import (
+    dcp_to_torch_save,
+    torch_save_to_dcp,
+)
+from torch.distributed.checkpoint.state_dict import (
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -34,10 +42,14 @@ def setup() -> torch.device:
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
@@ -45,7 +57,9 @@ def make_model() -> nn.Sequential:
     return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 8))
 
 
-def sharded(mesh: DeviceMesh, seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+def sharded(
+    mesh: DeviceMesh, seed: int
+) -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
     model = make_model()
     for layer in (model[0], model[2]):
@@ -55,7 +69,8 @@ def sharded(mesh: DeviceMesh, seed: int) -> tuple[nn.Module, torch.optim.Optimiz
 
 
 def local(state: dict) -> dict:
-    """This rank's pieces of a (nested) state dict: DTensors by their local shard."""
+    """This rank's pieces of a (nested) state
+    dict: DTensors by their local shard."""
     if isinstance(state, dict):
         return {k: local(v) for k, v in state.items()}
     return state.to_local() if hasattr(state, "to_local") else state
@@ -68,11 +83,17 @@ def equal(a, b) -> bool:
 
 
 # --8<-- [start:convert]
-def to_one_file_and_back(sharded_dir: Path, file: Path, again_dir: Path) -> dict:
-    """One process, no process group: what a converter script on a single machine does."""
-    dcp_to_torch_save(sharded_dir, file)  # every shard read and stitched: needs memory for the whole state
-    full = torch.load(file, weights_only=True)  # {"model": {...}, "optim": {...}}, plain full tensors
-    torch_save_to_dcp(file, again_dir)  # torch.load(weights_only=False) inside: trusted files only
+def to_one_file_and_back(
+    sharded_dir: Path, file: Path, again_dir: Path
+) -> dict:
+    """One process, no process group: what a
+    converter script on a single machine does."""
+    # every shard read and stitched: needs memory for the whole state
+    dcp_to_torch_save(sharded_dir, file)
+    # {"model": {...}, "optim": {...}}, plain full tensors
+    full = torch.load(file, weights_only=True)
+    # torch.load(weights_only=False) inside: trusted files only
+    torch_save_to_dcp(file, again_dir)
     return full
 
 
@@ -83,46 +104,82 @@ def run(mesh: DeviceMesh, device: torch.device, root: Path) -> None:
     rank = dist.get_rank()
     model, optimizer = sharded(mesh, seed=0)
     model(torch.randn(4, 16, device=device)).sum().backward()
-    optimizer.step()  # AdamW now has state (exp_avg, exp_avg_sq, step) to carry along
+    # AdamW now has state (exp_avg, exp_avg_sq, step) to carry along
+    optimizer.step()
 
     # --8<-- [start:save]
-    model_sd, optim_sd = get_state_dict(model, optimizer)  # sharded DTensors, keyed by parameter name
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=root / "sharded")  # each rank its shards
+    # sharded DTensors, keyed by parameter name
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    # each rank its shards
+    dcp.save(
+        {"model": model_sd, "optim": optim_sd}, checkpoint_id=root / "sharded"
+    )
     # --8<-- [end:save]
     before = local({"model": model_sd, "optim": optim_sd["state"]})
-    gathered = {k: v.full_tensor().cpu() for k, v in model_sd.items()}  # all-gather, for the check below
+    # all-gather, for the check below
+    gathered = {k: v.full_tensor().cpu() for k, v in model_sd.items()}
 
     if rank == 0:
-        full = to_one_file_and_back(root / "sharded", root / "full.pt", root / "sharded-again")
+        full = to_one_file_and_back(
+            root / "sharded", root / "full.pt", root / "sharded-again"
+        )
         plain = make_model()
-        plain.load_state_dict(full["model"])  # the file serves a single-process model as it is
-        assert all(torch.equal(plain.state_dict()[k], t) for k, t in gathered.items())
+        # the file serves a single-process model as it is
+        plain.load_state_dict(full["model"])
+        assert all(
+            torch.equal(plain.state_dict()[k], t) for k, t in gathered.items()
+        )
         for name in ("sharded", "sharded-again"):
-            print(f"{name}/: {', '.join(sorted(f.name for f in (root / name).iterdir()))}")
-        tensors = sum(1 for v in full["optim"]["state"].values() for t in v.values())
-        print(f"full.pt: {len(full['model'])} model tensors, {tensors} optimizer tensors, loads into a plain model")
+            print(
+                f"{name}/: "
+                f"{', '.join(sorted(f.name for f in (root / name).iterdir()))}"
+            )
+        tensors = sum(
+            1 for v in full["optim"]["state"].values() for t in v.values()
+        )
+        print(
+            f"full.pt: {len(full['model'])} model tensors, {tensors} "
+            "optimizer tensors, loads into a plain model"
+        )
     dist.barrier()  # the converted checkpoint exists
 
     # --8<-- [start:resume]
-    resumed, resumed_optimizer = sharded(mesh, seed=1)  # other initial weights, no optimizer state yet
-    model_sd, optim_sd = get_state_dict(resumed, resumed_optimizer)  # the layout to load into
+    # other initial weights, no optimizer state yet
+    resumed, resumed_optimizer = sharded(mesh, seed=1)
+    # the layout to load into
+    model_sd, optim_sd = get_state_dict(resumed, resumed_optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=root / "sharded-again")  # each rank reads the slices of its own shards
-    set_state_dict(resumed, resumed_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    # each rank reads the slices of its own shards
+    dcp.load(state, checkpoint_id=root / "sharded-again")
+    set_state_dict(
+        resumed,
+        resumed_optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+    )
     # --8<-- [end:resume]
     after = local({"model": state["model"], "optim": state["optim"]["state"]})
     assert equal(after, before), f"rank {rank}: the round trip changed a tensor"
     dist.barrier()  # every rank has checked its shards
     if rank == 0:
-        print("DCP (2 ranks) -> full.pt -> DCP (1 file) -> 2 ranks: every shard and Adam state bit-identical")
+        print(
+            "DCP (2 ranks) -> full.pt -> DCP (1 file) -> 2 ranks: every "
+            "shard and Adam state bit-identical"
+        )
 
 
 def main() -> None:
     device = setup()
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))  # 1-D: every rank holds a shard
-    root = Path(tempfile.gettempdir()) / f"dcp-convert-{os.environ['TORCHELASTIC_RUN_ID']}"  # same on all ranks
+    # 1-D: every rank holds a shard
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    # same on all ranks
+    root = (
+        Path(tempfile.gettempdir())
+        / f"dcp-convert-{os.environ['TORCHELASTIC_RUN_ID']}"
+    )
     try:
-        run(mesh, device, root)  # every sharded model lives and dies in here, before the groups go
+        # every sharded model lives and dies in here, before the groups go
+        run(mesh, device, root)
     finally:
         if dist.get_rank() == 0:
             shutil.rmtree(root, ignore_errors=True)

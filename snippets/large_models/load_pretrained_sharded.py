@@ -1,5 +1,5 @@
-"""Build on the meta device, shard, then load pretrained weights from rank 0 into the shards: no other rank ever
-holds the full model."""
+"""Build on the meta device, shard, then load pretrained weights from
+rank 0 into the shards: no other rank ever holds the full model."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/load_pretrained_sharded.py
 
 import gc
@@ -8,10 +8,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -19,11 +23,12 @@ from torch.distributed.tensor import DTensor
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -33,10 +38,14 @@ def setup() -> torch.device:
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
@@ -45,19 +54,24 @@ class Block(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.norm = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return h + self.mlp(self.norm(h))
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab: int = 512, dim: int = 64, seq: int = 16, layers: int = 4):
+    def __init__(
+        self, vocab: int = 512, dim: int = 64, seq: int = 16, layers: int = 4
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim) for _ in range(layers))
         self.head = nn.Linear(dim, vocab)
-        # computed from the shapes, not learned: not in the state dict, so no checkpoint restores it
+        # computed from the shapes, not learned: not in
+        # the state dict, so no checkpoint restores it
         self.register_buffer("pos", torch.empty(seq, dim), persistent=False)
         self.init_buffers()
 
@@ -69,7 +83,8 @@ class TinyLM(nn.Module):
         self.pos.copy_(torch.cat([angle.sin(), angle.cos()], dim=1))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.embed(tokens) + self.pos[: len(tokens)]  # one sequence of token ids
+        # one sequence of token ids
+        h = self.embed(tokens) + self.pos[: len(tokens)]
         for block in self.blocks:
             h = block(h)
         return self.head(h)
@@ -79,7 +94,8 @@ class TinyLM(nn.Module):
 
 
 def save_pretrained(path: Path) -> None:
-    """Stands in for a downloaded checkpoint: one torch.save file of a plain model's state dict."""
+    """Stands in for a downloaded checkpoint: one
+    torch.save file of a plain model's state dict."""
     torch.manual_seed(0)
     torch.save(TinyLM().state_dict(), path)
 
@@ -90,10 +106,12 @@ def build_sharded(mesh: DeviceMesh, device: torch.device) -> TinyLM:
         model = TinyLM()  # shapes and dtypes only: no memory, no random init
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)  # the parameters are now sharded DTensors, still on meta
+    # the parameters are now sharded DTensors, still on meta
+    fully_shard(model, mesh=mesh)
     model.to_empty(device=device)  # allocate my shards only, uninitialised
     with torch.no_grad():
-        model.init_buffers()  # what no state dict carries must be computed again
+        # what no state dict carries must be computed again
+        model.init_buffers()
     return model
 
 
@@ -103,12 +121,16 @@ def build_sharded(mesh: DeviceMesh, device: torch.device) -> TinyLM:
 # --8<-- [start:load]
 def load_pretrained(model: TinyLM, path: Path) -> None:
     if dist.get_rank() == 0:
-        # mmap: the file is mapped, not read; pages come in as each tensor is sent
-        full = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        # mmap: the file is mapped, not read;
+        # pages come in as each tensor is sent
+        full = torch.load(
+            path, map_location="cpu", mmap=True, weights_only=True
+        )
     else:
         full = {}  # the other ranks hold nothing
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_model_state_dict(model, full, options=options)  # rank 0 broadcasts tensor by tensor; each keeps its shard
+    # rank 0 broadcasts tensor by tensor; each keeps its shard
+    set_model_state_dict(model, full, options=options)
 
 
 # --8<-- [end:load]
@@ -129,43 +151,77 @@ def run(mesh: DeviceMesh, device: torch.device, path: Path) -> None:
     assert all(isinstance(p, DTensor) for p in model.parameters())
     held = {
         "shards": nbytes(p.to_local() for p in model.parameters()),
-        "full copy": nbytes(torch.load(path, mmap=True, weights_only=True).values()) if rank == 0 else 0,
+        "full copy": nbytes(
+            torch.load(path, mmap=True, weights_only=True).values()
+        )
+        if rank == 0
+        else 0,
     }
 
     # --8<-- [start:check]
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, in CPU memory
-    gathered = get_model_state_dict(model, options=options)  # a collective; the other ranks get {}
+    # gathered on rank 0, in CPU memory
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # a collective; the other ranks get {}
+    gathered = get_model_state_dict(model, options=options)
     tokens = torch.arange(16, device=device) * 31 % 512
     out = model(tokens)  # the sharded model, pos buffer included
     if rank == 0:
         pretrained = torch.load(path, weights_only=True)
         assert gathered.keys() == pretrained.keys()
         for key, tensor in pretrained.items():
-            assert torch.equal(gathered[key], tensor), f"{key}: the shards are not the pretrained weights"
+            assert torch.equal(gathered[key], tensor), (
+                f"{key}: the shards are not the pretrained weights"
+            )
         plain = TinyLM()
-        plain.load_state_dict(pretrained)  # an ordinary single-process model of the same weights
-        assert torch.equal(out.cpu(), plain(tokens.cpu())), "the sharded model computes what the plain one does"
+        # an ordinary single-process model of the same weights
+        plain.load_state_dict(pretrained)
+        assert torch.equal(out.cpu(), plain(tokens.cpu())), (
+            "the sharded model computes what the plain one does"
+        )
     # --8<-- [end:check]
-    assert rank == 0 or gathered == {}, "cpu_offload=True: only rank 0 receives the full state dict"
+    assert rank == 0 or gathered == {}, (
+        "cpu_offload=True: only rank 0 receives the full state dict"
+    )
 
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, held)
     if rank == 0:
         total = nbytes(plain.parameters())
-        assert sum(h["shards"] for h in everyone) == total, "the shards add up to the model"
-        print(f"pretrained file: {total:,} bytes of parameters ({len(pretrained)} tensors)")
+        assert sum(h["shards"] for h in everyone) == total, (
+            "the shards add up to the model"
+        )
+        print(
+            f"pretrained file: {total:,} bytes of parameters "
+            f"({len(pretrained)} tensors)"
+        )
         for r, h in enumerate(everyone):
-            full = f"{h['full copy']:,} bytes (CPU, memory-mapped)" if h["full copy"] else "none"
-            print(f"rank {r}: its shards {h['shards']:,} bytes; the full state dict: {full}")
-        print("every shard equals the pretrained weights bit for bit; the sharded forward equals the plain model's")
+            full = (
+                f"{h['full copy']:,} bytes (CPU, memory-mapped)"
+                if h["full copy"]
+                else "none"
+            )
+            print(
+                f"rank {r}: its shards {h['shards']:,} bytes; the full "
+                f"state dict: {full}"
+            )
+        print(
+            "every shard equals the pretrained weights bit for bit; the "
+            "sharded forward equals the plain model's"
+        )
 
 
 def main() -> None:
     device = setup()
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))  # 1-D: every rank holds a shard
-    path = Path(tempfile.gettempdir()) / f"pretrained-{os.environ['TORCHELASTIC_RUN_ID']}.pt"  # same on all ranks
+    # 1-D: every rank holds a shard
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    # same on all ranks
+    path = (
+        Path(tempfile.gettempdir())
+        / f"pretrained-{os.environ['TORCHELASTIC_RUN_ID']}.pt"
+    )
     try:
-        run(mesh, device, path)  # every sharded model lives and dies in here, before the groups go
+        # every sharded model lives and dies in here, before the groups go
+        run(mesh, device, path)
     finally:
         if dist.get_rank() == 0:
             path.unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""FSDP2 x tensor parallelism on a 2 x 2 mesh: the same updates as one process on the whole batch."""
+"""FSDP2 x tensor parallelism on a 2 x 2 mesh: the
+same updates as one process on the whole batch."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/large_models/mesh_fsdp_tp.py
 # timeout: 240
 # output-excerpt: layout ^(?:mesh|after)
@@ -9,22 +10,27 @@ import gc
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -34,37 +40,48 @@ def setup() -> torch.device:
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
 # --8<-- [start:model]
 class Block(nn.Module):
-    """A transformer block, small: attention and MLP, each a column- then a row-parallel pair under TP."""
+    """A transformer block, small: attention and MLP,
+    each a column- then a row-parallel pair under TP."""
 
     def __init__(self, dim: int = 32, heads: int = 4):
         super().__init__()
         self.head_dim = dim // heads
         self.norm1, self.norm2 = nn.RMSNorm(dim), nn.RMSNorm(dim)
         # no biases in the attention projections, as in Llama
-        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.q, self.k, self.v, self.o = (
+            nn.Linear(dim, dim, bias=False) for _ in range(4)
+        )
         self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         h = self.norm1(x)
         # under TP, q/k/v return this rank's heads only: -1 is heads // tp
-        q, k, v = (f(h).view(b, s, -1, self.head_dim).transpose(1, 2) for f in (self.q, self.k, self.v))
+        q, k, v = (
+            f(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+            for f in (self.q, self.k, self.v)
+        )
         a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
         return x + self.down(nn.functional.gelu(self.up(self.norm2(x))))
 
 
 def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same initial weights on every rank and in the reference
+    # the same initial weights on every rank and in the reference
+    torch.manual_seed(0)
     return nn.Sequential(Block(), Block(), nn.RMSNorm(32), nn.Linear(32, 8))
 
 
@@ -82,9 +99,11 @@ def parallelize(model: nn.Sequential, mesh: DeviceMesh) -> nn.Sequential:
         "down": RowwiseParallel(),
     }
     for block in model[:-2]:
-        parallelize_module(block, mesh["tp"], plan)  # first TP, inside each tp group
+        # first TP, inside each tp group
+        parallelize_module(block, mesh["tp"], plan)
         fully_shard(block, mesh=mesh["dp"])  # then FSDP over the dp dimension
-    fully_shard(model, mesh=mesh["dp"])  # the root: the last norm and the head, replicated over tp
+    # the root: the last norm and the head, replicated over tp
+    fully_shard(model, mesh=mesh["dp"])
     return model
 
 
@@ -93,29 +112,42 @@ def parallelize(model: nn.Sequential, mesh: DeviceMesh) -> nn.Sequential:
 
 # --8<-- [start:clip]
 def clip_grad_norm_2d(parameters, max_norm: float) -> torch.Tensor:
-    """clip_grad_norm_ for gradients that live on several meshes: one norm per mesh, then combined."""
+    """clip_grad_norm_ for gradients that live on
+    several meshes: one norm per mesh, then combined."""
     by_mesh: dict[DeviceMesh, list[nn.Parameter]] = {}
     for p in parameters:
         by_mesh.setdefault(p.grad.device_mesh, []).append(p)
-    norms = [torch.nn.utils.get_total_norm([p.grad for p in ps]) for ps in by_mesh.values()]
-    total = torch.stack([n.full_tensor() for n in norms]).norm()  # sqrt of the sum of squares
+    norms = [
+        torch.nn.utils.get_total_norm([p.grad for p in ps])
+        for ps in by_mesh.values()
+    ]
+    # sqrt of the sum of squares
+    total = torch.stack([n.full_tensor() for n in norms]).norm()
     for ps in by_mesh.values():
-        torch.nn.utils.clip_grads_with_norm_(ps, max_norm, total)  # scale by max_norm / total
+        # scale by max_norm / total
+        torch.nn.utils.clip_grads_with_norm_(ps, max_norm, total)
     return total
 
 
 # --8<-- [end:clip]
 
 
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip, steps: int = 3) -> list[float]:
-    # SGD: an update is proportional to the gradient, so rounding stays rounding (Adam: see the page)
+def train(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip, steps: int = 3
+) -> list[float]:
+    # SGD: an update is proportional to the gradient,
+    # so rounding stays rounding (Adam: see the page)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     norms = []
     for _ in range(steps):
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         norm = clip(model.parameters(), 0.5)
-        norms.append(norm.full_tensor().item() if isinstance(norm, DTensor) else norm.item())
+        norms.append(
+            norm.full_tensor().item()
+            if isinstance(norm, DTensor)
+            else norm.item()
+        )
         optimizer.step()
     return norms
 
@@ -123,17 +155,20 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip, steps: int =
 def run(mesh: DeviceMesh, device: torch.device) -> None:
     # --8<-- [start:data]
     torch.manual_seed(1)
-    x = torch.randn(8, 6, 32, device=device)  # the global batch: 8 sequences of 6 tokens
+    # the global batch: 8 sequences of 6 tokens
+    x = torch.randn(8, 6, 32, device=device)
     y = torch.randn(8, 6, 8, device=device)
     dp_rank, dp = mesh["dp"].get_local_rank(), mesh["dp"].size()
-    x_mine, y_mine = x.chunk(dp)[dp_rank], y.chunk(dp)[dp_rank]  # the tp ranks of a dp group: the same slice
+    # the tp ranks of a dp group: the same slice
+    x_mine, y_mine = x.chunk(dp)[dp_rank], y.chunk(dp)[dp_rank]
     # --8<-- [end:data]
 
     # --8<-- [start:mixed]
     model = parallelize(make_model().to(device), mesh)
     nn.functional.mse_loss(model(x_mine), y_mine).backward()
     try:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)  # TP weights on (dp, tp), norms on (dp,)
+        # TP weights on (dp, tp), norms on (dp,)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         message = "no error: this torch accepts gradients on several meshes"
     except RuntimeError as error:  # pytorch#180346
         message = str(error).splitlines()[0]
@@ -143,16 +178,21 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     # --8<-- [start:compare]
     reference = make_model().to(device)
     before = copy.deepcopy(reference)
-    reference_norms = train(reference, x, y, torch.nn.utils.clip_grad_norm_)  # one process, whole batch
+    # one process, whole batch
+    reference_norms = train(reference, x, y, torch.nn.utils.clip_grad_norm_)
     norms = train(model, x_mine, y_mine, clip_grad_norm_2d)
 
     diff = update = 0.0
-    for (name, p), ref, old in zip(model.named_parameters(), reference.parameters(), before.parameters()):
+    for (name, p), ref, old in zip(
+        model.named_parameters(), reference.parameters(), before.parameters()
+    ):
         assert isinstance(p, DTensor), name
-        full = p.full_tensor()  # all-gathers over dp (and tp, where the weight is split)
+        # all-gathers over dp (and tp, where the weight is split)
+        full = p.full_tensor()
         diff = max(diff, (full - ref).abs().max().item())
         update = max(update, (ref - old).abs().max().item())
-    assert diff < 1e-6 and update > 1e-3  # float32 rounding, far below what the steps changed
+    # float32 rounding, far below what the steps changed
+    assert diff < 1e-6 and update > 1e-3
     torch.testing.assert_close(norms, reference_norms)
     assert min(norms) > 0.5  # every step was clipped
     # --8<-- [end:compare]
@@ -161,12 +201,22 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     up, norm = model[0].up.weight, model[2].weight
     if dist.get_rank() == 0:
         print(f"mesh {tuple(mesh.shape)} {mesh.mesh_dim_names}")
-        print(f"up.weight {tuple(up.shape)}: {up.placements}, local {tuple(up.to_local().shape)}")
-        print(f"norm.weight {tuple(norm.shape)}: {norm.placements} on {norm.device_mesh.mesh_dim_names}")
-        print(f"after 3 SGD steps: max |FSDP x TP - one process| = {diff:.1e}; largest update {update:.1e}")
+        print(
+            f"up.weight {tuple(up.shape)}: {up.placements}, local "
+            f"{tuple(up.to_local().shape)}"
+        )
+        print(
+            f"norm.weight {tuple(norm.shape)}: {norm.placements} on "
+            f"{norm.device_mesh.mesh_dim_names}"
+        )
+        print(
+            "after 3 SGD steps: max |FSDP x TP - one process| = "
+            f"{diff:.1e}; largest update {update:.1e}"
+        )
         print(f"clip_grad_norm_: {message}")
         print(
-            f"gradient norms, clipped to 0.5: {', '.join(f'{n:.4f}' for n in norms)} (one process: "
+            "gradient norms, clipped to 0.5: "
+            f"{', '.join(f'{n:.4f}' for n in norms)} (one process: "
             f"{', '.join(f'{n:.4f}' for n in reference_norms)})"
         )
     # --8<-- [end:report]
@@ -175,10 +225,12 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
 def main() -> None:
     device = setup()
     # --8<-- [start:mesh]
-    mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))  # rank = 2 * dp + tp
+    # rank = 2 * dp + tp
+    mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))
     # --8<-- [end:mesh]
     try:
-        run(mesh, device)  # every model lives and dies in here, before the groups go
+        # every model lives and dies in here, before the groups go
+        run(mesh, device)
     finally:
         teardown_mesh(mesh)
 

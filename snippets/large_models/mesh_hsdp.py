@@ -1,4 +1,5 @@
-"""HSDP: FSDP2 on a (replicate, shard) mesh, sharded inside a group and replicated across groups."""
+"""HSDP: FSDP2 on a (replicate, shard) mesh, sharded
+inside a group and replicated across groups."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/large_models/mesh_hsdp.py
 # timeout: 240
 
@@ -7,7 +8,7 @@ import gc
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -18,11 +19,12 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -32,23 +34,32 @@ def setup() -> torch.device:
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
 def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same initial weights on every rank and in the reference
-    blocks = [nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(3)]
+    # the same initial weights on every rank and in the reference
+    torch.manual_seed(0)
+    blocks = [
+        nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
+        for _ in range(3)
+    ]
     return nn.Sequential(*blocks, nn.Linear(32, 8))
 
 
 # --8<-- [start:shard]
 def shard(model: nn.Sequential, mesh: DeviceMesh) -> nn.Sequential:
     for block in model[:-1]:
-        fully_shard(block, mesh=mesh)  # a 2-D mesh: replicate over dim 0, shard over dim 1
+        # a 2-D mesh: replicate over dim 0, shard over dim 1
+        fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
 
@@ -56,7 +67,9 @@ def shard(model: nn.Sequential, mesh: DeviceMesh) -> nn.Sequential:
 # --8<-- [end:shard]
 
 
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 3) -> None:
+def train(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 3
+) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(steps):
         optimizer.zero_grad()
@@ -69,7 +82,8 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     torch.manual_seed(1)
     x = torch.randn(64, 32, device=device)  # the global batch
     y = x[:, :8].sin()
-    x_mine, y_mine = x.chunk(world)[rank], y.chunk(world)[rank]  # all 4 ranks are data-parallel
+    # all 4 ranks are data-parallel
+    x_mine, y_mine = x.chunk(world)[rank], y.chunk(world)[rank]
 
     # --8<-- [start:compare]
     reference = make_model().to(device)
@@ -79,40 +93,56 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     train(model, x_mine, y_mine)
 
     diff = update = 0.0
-    for (name, p), ref, old in zip(model.named_parameters(), reference.parameters(), before.parameters()):
-        assert isinstance(p, DTensor) and p.device_mesh.mesh_dim_names == ("replicate", "shard"), name
+    for (name, p), ref, old in zip(
+        model.named_parameters(), reference.parameters(), before.parameters()
+    ):
+        assert isinstance(p, DTensor) and p.device_mesh.mesh_dim_names == (
+            "replicate",
+            "shard",
+        ), name
         full = p.full_tensor()
         diff = max(diff, (full - ref).abs().max().item())
         update = max(update, (ref - old).abs().max().item())
-    assert diff < 1e-6 and update > 1e-3  # float32 rounding, far below what the steps changed
+    # float32 rounding, far below what the steps changed
+    assert diff < 1e-6 and update > 1e-3
     # --8<-- [end:compare]
 
     # --8<-- [start:comms]
     with CommDebugMode() as comms:
         nn.functional.mse_loss(model(x_mine), y_mine).backward()
-    counts = {str(op).split(".")[-1]: n for op, n in comms.get_comm_counts().items()}
+    counts = {
+        str(op).split(".")[-1]: n for op, n in comms.get_comm_counts().items()
+    }
     # --8<-- [end:comms]
 
     # --8<-- [start:memory]
     full_numel = sum(p.numel() for p in model.parameters())
     local_numel = sum(p.to_local().numel() for p in model.parameters())
-    assert local_numel * mesh["shard"].size() == full_numel  # 1/2 of the model, not 1/4
+    # 1/2 of the model, not 1/4
+    assert local_numel * mesh["shard"].size() == full_numel
     if rank == 0:
         w = model[0][0].weight
         print(f"mesh {tuple(mesh.shape)} {mesh.mesh_dim_names}; {w.placements}")
         print(f"parameters: {full_numel} in all, {local_numel} on each rank")
         print(f"collectives in one step: {counts}")
-        print(f"after 3 SGD steps: max |HSDP - one process| = {diff:.1e}; largest update {update:.1e}")
+        print(
+            f"after 3 SGD steps: max |HSDP - one process| = {diff:.1e}; "
+            f"largest update {update:.1e}"
+        )
     # --8<-- [end:memory]
 
 
 def main() -> None:
     device = setup()
     # --8<-- [start:mesh]
-    mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))  # e.g. nodes x GPUs
+    # e.g. nodes x GPUs
+    mesh = init_device_mesh(
+        device.type, (2, 2), mesh_dim_names=("replicate", "shard")
+    )
     # --8<-- [end:mesh]
     try:
-        run(mesh, device)  # every model lives and dies in here, before the groups go
+        # every model lives and dies in here, before the groups go
+        run(mesh, device)
     finally:
         teardown_mesh(mesh)
 

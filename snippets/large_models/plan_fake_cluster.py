@@ -1,4 +1,5 @@
-"""A 128-GPU plan checked on one CPU: a fake process group, a 16 x 8 mesh, and the bytes one rank holds."""
+"""A 128-GPU plan checked on one CPU: a fake process
+group, a 16 x 8 mesh, and the bytes one rank holds."""
 
 import math
 
@@ -8,10 +9,17 @@ import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-from torch.testing._internal.distributed.fake_pg import FakeStore  # internal to PyTorch: see the page
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
 
-DP, TP = 16, 8  # 16 nodes of 8 GPUs: tensor parallel inside a node, FSDP across nodes
+# internal to PyTorch: see the page
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+# 16 nodes of 8 GPUs: tensor parallel inside a node, FSDP across nodes
+DP, TP = 16, 8
 VOCAB, DIM, LAYERS, HEADS = 50257, 1024, 8, 16
 
 
@@ -20,13 +28,21 @@ class Block(nn.Module):
     def __init__(self):
         super().__init__()
         self.attn_norm, self.mlp_norm = nn.RMSNorm(DIM), nn.RMSNorm(DIM)
-        self.q, self.k, self.v, self.o = (nn.Linear(DIM, DIM, bias=False) for _ in range(4))
-        self.up, self.down = nn.Linear(DIM, 4 * DIM, bias=False), nn.Linear(4 * DIM, DIM, bias=False)
+        self.q, self.k, self.v, self.o = (
+            nn.Linear(DIM, DIM, bias=False) for _ in range(4)
+        )
+        self.up, self.down = (
+            nn.Linear(DIM, 4 * DIM, bias=False),
+            nn.Linear(4 * DIM, DIM, bias=False),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         h = self.attn_norm(x)
-        q, k, v = (f(h).view(b, s, -1, DIM // HEADS).transpose(1, 2) for f in (self.q, self.k, self.v))
+        q, k, v = (
+            f(h).view(b, s, -1, DIM // HEADS).transpose(1, 2)
+            for f in (self.q, self.k, self.v)
+        )
         a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
         return x + self.down(nn.functional.gelu(self.up(self.mlp_norm(x))))
@@ -52,12 +68,17 @@ class LM(nn.Module):
 
 # --8<-- [start:plan]
 def apply_plan(model: LM, mesh) -> LM:
-    tp_plan = {name: ColwiseParallel() for name in ("q", "k", "v", "up")}  # split dim 0 (outputs)
-    tp_plan |= {"o": RowwiseParallel(), "down": RowwiseParallel()}  # split dim 1 (inputs)
+    # split dim 0 (outputs)
+    tp_plan = {name: ColwiseParallel() for name in ("q", "k", "v", "up")}
+    # split dim 1 (inputs)
+    tp_plan |= {"o": RowwiseParallel(), "down": RowwiseParallel()}
     parallelize_module(
         model,
         mesh["tp"],
-        {"embed": RowwiseParallel(input_layouts=Replicate()), "head": ColwiseParallel(output_layouts=Replicate())},
+        {
+            "embed": RowwiseParallel(input_layouts=Replicate()),
+            "head": ColwiseParallel(output_layouts=Replicate()),
+        },
     )  # both split the vocabulary
     for block in model.blocks:
         parallelize_module(block, mesh["tp"], tp_plan)
@@ -71,14 +92,25 @@ def apply_plan(model: LM, mesh) -> LM:
 
 # --8<-- [start:formula]
 def chunk(n: int, parts: int, index: int = 0) -> int:
-    """Length of piece `index` of torch.chunk(n, parts): ceil(n / parts) each, the last ones shorter."""
+    """Length of piece `index` of torch.chunk(n, parts):
+    ceil(n / parts) each, the last ones shorter."""
     size = math.ceil(n / parts)
     return max(0, min(size, n - index * size))
 
 
 def tp_dim(name: str) -> int | None:
-    """The dimension the TP plan splits: 0 for column-wise (and the vocabulary), 1 for row-wise."""
-    if name.endswith(("q.weight", "k.weight", "v.weight", "up.weight", "embed.weight", "head.weight")):
+    """The dimension the TP plan splits: 0 for
+    column-wise (and the vocabulary), 1 for row-wise."""
+    if name.endswith(
+        (
+            "q.weight",
+            "k.weight",
+            "v.weight",
+            "up.weight",
+            "embed.weight",
+            "head.weight",
+        )
+    ):
         return 0
     if name.endswith(("o.weight", "down.weight")):
         return 1
@@ -86,7 +118,8 @@ def tp_dim(name: str) -> int | None:
 
 
 def rank0_numel(name: str, shape: tuple[int, ...]) -> int:
-    """Elements of one parameter on rank 0: TP takes its chunk, then FSDP a chunk of dim 0 of what is left."""
+    """Elements of one parameter on rank 0: TP takes its
+    chunk, then FSDP a chunk of dim 0 of what is left."""
     shape = list(shape)
     if tp_dim(name) is not None:
         shape[tp_dim(name)] = chunk(shape[tp_dim(name)], TP)
@@ -95,9 +128,14 @@ def rank0_numel(name: str, shape: tuple[int, ...]) -> int:
 
 
 def calculator(psi: int, dp: int, tp: int, pp: int = 1) -> dict[str, float]:
-    """The memory calculator, fp32 Adam under FSDP2: every byte divided by DP x TP x PP."""
+    """The memory calculator, fp32 Adam under
+    FSDP2: every byte divided by DP x TP x PP."""
     split = dp * tp * pp
-    return {"parameters": 4 * psi / split, "gradients": 4 * psi / split, "Adam state": 8 * psi / split}
+    return {
+        "parameters": 4 * psi / split,
+        "gradients": 4 * psi / split,
+        "Adam state": 8 * psi / split,
+    }
 
 
 # --8<-- [end:formula]
@@ -109,9 +147,12 @@ def local_bytes(tensors) -> int:
 
 def main() -> None:
     # --8<-- [start:fake]
-    # one process plays rank 0 of 128; collectives return at once and move no data
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # one GPU, as torchtitan does, or the CPU
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=DP * TP)
+    # one process plays rank 0 of 128; collectives return at once
+    # and move no data. One GPU, as torchtitan does, or the CPU:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dist.init_process_group(
+        "fake", store=FakeStore(), rank=0, world_size=DP * TP
+    )
     mesh = init_device_mesh(device, (DP, TP), mesh_dim_names=("dp", "tp"))
     with torch.device("meta"):  # shapes only: no memory for the 200M parameters
         model = LM()
@@ -126,8 +167,11 @@ def main() -> None:
     # --8<-- [start:step]
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, VOCAB, (2, 16), device=device)
-    logits = model(tokens)  # the fake all-gathers leave garbage: shapes are checked, values are not
-    nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    # the fake all-gathers leave garbage: shapes are checked, values are not
+    logits = model(tokens)
+    nn.functional.cross_entropy(
+        logits.flatten(0, 1), tokens.flatten()
+    ).backward()
     optimizer.step()  # creates Adam's state for this rank's shards
     # --8<-- [end:step]
 
@@ -136,20 +180,38 @@ def main() -> None:
     held = {
         "parameters": local_bytes(model.parameters()),
         "gradients": local_bytes(p.grad for p in model.parameters()),
-        "Adam state": local_bytes(s[k] for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")),
+        "Adam state": local_bytes(
+            s[k]
+            for s in optimizer.state.values()
+            for k in ("exp_avg", "exp_avg_sq")
+        ),
     }
-    expected = 4 * sum(rank0_numel(name, shape) for name, shape in shapes.items())
-    assert held == {"parameters": expected, "gradients": expected, "Adam state": 2 * expected}, held
+    expected = 4 * sum(
+        rank0_numel(name, shape) for name, shape in shapes.items()
+    )
+    assert held == {
+        "parameters": expected,
+        "gradients": expected,
+        "Adam state": 2 * expected,
+    }, held
     estimate = calculator(psi, DP, TP)
     extra = sum(held.values()) - sum(estimate.values())
-    assert 0 < extra < 0.01 * sum(estimate.values())  # the calculator's approximation: under 1% here
+    # the calculator's approximation: under 1% here
+    assert 0 < extra < 0.01 * sum(estimate.values())
 
-    print(f"{psi:,} parameters; mesh {tuple(mesh.shape)} {mesh.mesh_dim_names}, this process is rank 0 of {DP * TP}")
+    print(
+        f"{psi:,} parameters; mesh {tuple(mesh.shape)} "
+        f"{mesh.mesh_dim_names}, this process is rank 0 of {DP * TP}"
+    )
     for key, value in held.items():
-        print(f"rank 0 holds {key:<10} {value:>12,} B = formula; calculator {estimate[key]:>14,.0f} B")
+        print(
+            f"rank 0 holds {key:<10} {value:>12,} B = formula; "
+            f"calculator {estimate[key]:>14,.0f} B"
+        )
     print(
         f"training state on rank 0: {sum(held.values()) / 2**20:.2f} MiB, "
-        f"{extra:,.0f} B more than the calculator (norms replicated over tp, vocabulary rounded up)"
+        f"{extra:,.0f} B more than the calculator (norms replicated over "
+        "tp, vocabulary rounded up)"
     )
     # --8<-- [end:count]
     dist.destroy_process_group()

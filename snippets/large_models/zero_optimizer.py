@@ -1,4 +1,5 @@
-"""ZeRO-1 with ZeroRedundancyOptimizer: the same parameters as DDP + Adam, each rank holding part of Adam's state."""
+"""ZeRO-1 with ZeroRedundancyOptimizer: the same parameters
+as DDP + Adam, each rank holding part of Adam's state."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/zero_optimizer.py
 
 import os
@@ -6,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -15,11 +16,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -28,12 +30,15 @@ def setup() -> torch.device:
 
 
 class TinyLM(nn.Module):
-    """An embedding table, one MLP block and a small head: the embedding is 79% of the parameters."""
+    """An embedding table, one MLP block and a small
+    head: the embedding is 79% of the parameters."""
 
     def __init__(self, vocab: int = 1024, dim: int = 32):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.block = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.block = nn.Sequential(
+            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        )
         self.head = nn.Linear(dim, 8)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -43,23 +48,39 @@ class TinyLM(nn.Module):
 
 def make_ddp(device: torch.device) -> DDP:
     torch.manual_seed(0)  # the same initial weights for both runs
-    return DDP(TinyLM().to(device), device_ids=[device.index] if device.type == "cuda" else None)
+    return DDP(
+        TinyLM().to(device),
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
 
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of every tensor in an optimizer's state: exp_avg, exp_avg_sq and step for Adam."""
-    return sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values())
+    """Bytes of every tensor in an optimizer's
+    state: exp_avg, exp_avg_sq and step for Adam."""
+    return sum(
+        t.numel() * t.element_size()
+        for s in optimizer.state.values()
+        for t in s.values()
+    )
 
 
-def train(model: DDP, optimizer: torch.optim.Optimizer, tokens, targets, steps: int = 5) -> None:
+def train(
+    model: DDP,
+    optimizer: torch.optim.Optimizer,
+    tokens,
+    targets,
+    steps: int = 5,
+) -> None:
     for _ in range(steps):
         optimizer.zero_grad()
-        nn.functional.mse_loss(model(tokens), targets).backward()  # DDP all-reduces every gradient
+        # DDP all-reduces every gradient
+        nn.functional.mse_loss(model(tokens), targets).backward()
         optimizer.step()
 
 
 def sorted_greedy(numels: list[int], world: int) -> list[int]:
-    """The partition rule ZeroRedundancyOptimizer documents: largest first, each to the least-loaded rank."""
+    """The partition rule ZeroRedundancyOptimizer documents:
+    largest first, each to the least-loaded rank."""
     loads = [0] * world
     for n in sorted(numels, reverse=True):
         loads[loads.index(min(loads))] += n
@@ -67,8 +88,11 @@ def sorted_greedy(numels: list[int], world: int) -> list[int]:
 
 
 # --8<-- [start:load]
-def load_checkpoint(path: Path, device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """One process, no DDP, no ZeRO: the consolidated file is a plain Adam checkpoint."""
+def load_checkpoint(
+    path: Path, device: torch.device
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """One process, no DDP, no ZeRO: the
+    consolidated file is a plain Adam checkpoint."""
     checkpoint = torch.load(path, map_location=device, weights_only=True)
     model = TinyLM().to(device)
     model.load_state_dict(checkpoint["model"])
@@ -94,28 +118,48 @@ def run(device: torch.device, path: Path) -> None:
     model = make_ddp(device)
     optimizer = ZeroRedundancyOptimizer(
         model.parameters(),
-        optimizer_class=torch.optim.Adam,  # the optimizer each rank runs on its own partition
+        # the optimizer each rank runs on its own partition
+        optimizer_class=torch.optim.Adam,
         lr=1e-2,
     )
-    train(model, optimizer, tokens, targets)  # step(): update my partition, then broadcast it
+    # step(): update my partition, then broadcast it
+    train(model, optimizer, tokens, targets)
     # --8<-- [end:zero]
 
     # --8<-- [start:check]
     for p, ref in zip(model.parameters(), ddp.parameters()):
         assert torch.equal(p, ref), "ZeRO-1 must update exactly as Adam does"
-    mine = [p for group in optimizer.optim.param_groups for p in group["params"]]  # my partition
+    # my partition
+    mine = [
+        p for group in optimizer.optim.param_groups for p in group["params"]
+    ]
     names = {p: n for n, p in model.module.named_parameters()}
-    share = (state_bytes(optimizer.optim), sum(p.numel() for p in mine), [names[p] for p in mine])
+    share = (
+        state_bytes(optimizer.optim),
+        sum(p.numel() for p in mine),
+        [names[p] for p in mine],
+    )
     shares = [None] * world
-    dist.all_gather_object(shares, share)  # every rank's share, for the printout
+    # every rank's share, for the printout
+    dist.all_gather_object(shares, share)
     # --8<-- [end:check]
-    assert sum(s[0] for s in shares) == state_bytes(adam), "the partitions add up to plain Adam's state"
+    assert sum(s[0] for s in shares) == state_bytes(adam), (
+        "the partitions add up to plain Adam's state"
+    )
     numels = [p.numel() for p in model.parameters()]
-    assert [s[1] for s in shares] == sorted_greedy(numels, world), "split by whole parameters, largest first"
+    assert [s[1] for s in shares] == sorted_greedy(numels, world), (
+        "split by whole parameters, largest first"
+    )
     if rank == 0:
-        print(f"plain Adam under DDP: {state_bytes(adam):,} bytes of state on every rank")
+        print(
+            f"plain Adam under DDP: {state_bytes(adam):,} bytes of state "
+            "on every rank"
+        )
         for r, (nbytes, numel, owned) in enumerate(shares):
-            print(f"ZeRO-1 rank {r}: {nbytes:,} bytes for {numel:,} parameters: {', '.join(owned)}")
+            print(
+                f"ZeRO-1 rank {r}: {nbytes:,} bytes for {numel:,} "
+                f"parameters: {', '.join(owned)}"
+            )
         print("after 5 steps: parameters bit-identical to DDP + Adam")
 
     # --8<-- [start:save]
@@ -124,9 +168,16 @@ def run(device: torch.device, path: Path) -> None:
     except RuntimeError as e:
         if rank == 0:
             print(f"RuntimeError: {e}")
-    optimizer.consolidate_state_dict(to=0)  # a collective: every rank sends its partition to rank 0
+    # a collective: every rank sends its partition to rank 0
+    optimizer.consolidate_state_dict(to=0)
     if rank == 0:
-        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        torch.save(
+            {
+                "model": model.module.state_dict(),
+                "optimizer": optimizer.state_dict(),
+            },
+            path,
+        )
     # --8<-- [end:save]
 
     if rank == 0:
@@ -135,16 +186,25 @@ def run(device: torch.device, path: Path) -> None:
             assert torch.equal(a, b)
         for i, st in adam.state_dict()["state"].items():
             got = resumed.state_dict()["state"][i]
-            assert all(torch.equal(got[k], v) for k, v in st.items()), f"Adam state of parameter {i} differs"
-        print("the consolidated checkpoint loads into plain Adam: state equal to DDP + Adam's")
+            assert all(torch.equal(got[k], v) for k, v in st.items()), (
+                f"Adam state of parameter {i} differs"
+            )
+        print(
+            "the consolidated checkpoint loads into plain Adam: state "
+            "equal to DDP + Adam's"
+        )
     dist.barrier()  # rank 0 has read the file
 
 
 def main() -> None:
     device = setup()
-    path = Path(tempfile.gettempdir()) / f"zero-{os.environ['TORCHELASTIC_RUN_ID']}.pt"
+    path = (
+        Path(tempfile.gettempdir())
+        / f"zero-{os.environ['TORCHELASTIC_RUN_ID']}.pt"
+    )
     try:
-        run(device, path)  # every DDP model lives and dies in here, before the group goes
+        # every DDP model lives and dies in here, before the group goes
+        run(device, path)
     finally:
         if dist.get_rank() == 0:
             path.unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""Helpers for the launch simulations: a free port, each simulated node's GPUs, running processes side by side."""
+"""Helpers for the launch simulations: a free port, each
+simulated node's GPUs, running processes side by side."""
 
 import os
 import signal
@@ -15,25 +16,43 @@ def free_port() -> int:
 
 
 def node_devices(gpus: int, nodes: int, per_node: int) -> list[str]:
-    """CUDA_VISIBLE_DEVICES for each simulated node. Real nodes each have their own GPUs; nodes simulated on one
-    machine must not share one (NCCL refuses two ranks on one GPU), so each gets its own, or none when there are
-    too few: then every rank falls back to gloo on CPU."""
+    """CUDA_VISIBLE_DEVICES for each simulated node. Real nodes each have
+    their own GPUs; nodes simulated on one machine must not share one
+    (NCCL refuses two ranks on one GPU), so each gets its own, or none
+    when there are too few: then every rank falls back to gloo on CPU."""
     if gpus >= nodes * per_node:
-        return [",".join(str(node * per_node + i) for i in range(per_node)) for node in range(nodes)]
+        return [
+            ",".join(str(node * per_node + i) for i in range(per_node))
+            for node in range(nodes)
+        ]
     return [""] * nodes
 
 
 def describe_devices(visible: list[str]) -> str:
     if all(visible):
-        return "each node has its own GPUs: " + ", ".join(f"node {n}: {v}" for n, v in enumerate(visible))
-    return "too few GPUs for a GPU of its own per rank: every node runs gloo on CPU"
+        return "each node has its own GPUs: " + ", ".join(
+            f"node {n}: {v}" for n, v in enumerate(visible)
+        )
+    return (
+        "too few GPUs for a GPU of its own per rank: every node runs gloo on "
+        "CPU"
+    )
 
 
-def run_together(commands: list[list[str]], envs: list[dict], timeout_s: float) -> list[str]:
-    """Start all commands at once, return their outputs; on a failure or timeout, kill them all."""
+def run_together(
+    commands: list[list[str]], envs: list[dict], timeout_s: float
+) -> list[str]:
+    """Start all commands at once, return their
+    outputs; on a failure or timeout, kill them all."""
     logs = [tempfile.TemporaryFile("w+") for _ in commands]
     procs = [
-        subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         for cmd, env, log in zip(commands, envs, logs)
     ]
     deadline = time.monotonic() + timeout_s
@@ -44,12 +63,15 @@ def run_together(commands: list[list[str]], envs: list[dict], timeout_s: float) 
                 break
             time.sleep(0.2)
     finally:
-        for p in procs:  # SIGTERM first: torchrun then stops its workers, which run in sessions of their own
+        # SIGTERM first: torchrun then stops its
+        # workers, which run in sessions of their own
+        for p in procs:
             if p.poll() is None:
                 p.terminate()
         for p in procs:
             try:
-                p.wait(timeout=40)  # torchrun gives its workers 30 s before it SIGKILLs them
+                # torchrun gives its workers 30 s before it SIGKILLs them
+                p.wait(timeout=40)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
@@ -59,5 +81,7 @@ def run_together(commands: list[list[str]], envs: list[dict], timeout_s: float) 
         outputs.append(log.read())
         log.close()
     for i, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"process {i} exited with {p.returncode}:\n{out}"
+        assert p.returncode == 0, (
+            f"process {i} exited with {p.returncode}:\n{out}"
+        )
     return outputs

@@ -1,4 +1,5 @@
-"""Play Slurm on one machine: start env_vars.py as `srun` would, 2 nodes x 2 tasks, no torchrun."""
+"""Play Slurm on one machine: start env_vars.py
+as `srun` would, 2 nodes x 2 tasks, no torchrun."""
 # launch: python snippets/launch/slurm_sim.py
 # ranks: 4
 # timeout: 180
@@ -22,7 +23,8 @@ assert [tasks_on_node("2(x3),1", n) for n in range(4)] == [2, 2, 2, 1]
 # --8<-- [start:srun]
 nodes, tasks_per_node = 2, 2
 common = {  # what srun sets the same in every task
-    "SLURM_JOB_NODELIST": "localhost",  # e.g. gpu[07-08]; the first host becomes MASTER_ADDR
+    # e.g. gpu[07-08]; the first host becomes MASTER_ADDR
+    "SLURM_JOB_NODELIST": "localhost",
     "SLURM_NNODES": str(nodes),
     "SLURM_NTASKS": str(nodes * tasks_per_node),
     "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})",
@@ -30,7 +32,8 @@ common = {  # what srun sets the same in every task
     "OMP_NUM_THREADS": "1",
 }
 base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "RANK")}
-visible = node_devices(torch.cuda.device_count(), nodes, tasks_per_node)  # simulated nodes share no GPU
+# simulated nodes share no GPU
+visible = node_devices(torch.cuda.device_count(), nodes, tasks_per_node)
 print(describe_devices(visible))
 envs = [
     dict(
@@ -44,7 +47,8 @@ envs = [
     for node in range(nodes)
     for local in range(tasks_per_node)
 ]
-command = [sys.executable, str(Path(__file__).with_name("env_vars.py"))]  # what srun starts in every task
+# what srun starts in every task
+command = [sys.executable, str(Path(__file__).with_name("env_vars.py"))]
 outputs = run_together([command] * len(envs), envs, timeout_s=150)
 # --8<-- [end:srun]
 
@@ -52,7 +56,11 @@ outputs = run_together([command] * len(envs), envs, timeout_s=150)
 for env, out in zip(envs, outputs):
     found = re.search(r"^rank (\d+) of (\d+) on node (\d+): ok$", out, re.M)
     rank, world, node = map(int, found.groups())
-    assert (rank, world, node) == (int(env["SLURM_PROCID"]), 4, int(env["SLURM_NODEID"])), out
+    assert (rank, world, node) == (
+        int(env["SLURM_PROCID"]),
+        4,
+        int(env["SLURM_NODEID"]),
+    ), out
 print(outputs[0])
 print("4 tasks from Slurm's variables alone: ranks 0-3, 2 per node")
 # --8<-- [end:check]

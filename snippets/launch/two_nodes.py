@@ -1,4 +1,5 @@
-"""Simulate two nodes on one machine: two torchrun agents meet through a c10d rendezvous."""
+"""Simulate two nodes on one machine: two
+torchrun agents meet through a c10d rendezvous."""
 # launch: python snippets/launch/two_nodes.py
 # ranks: 2
 # timeout: 180
@@ -13,7 +14,8 @@ from pathlib import Path
 import torch
 from _procs import describe_devices, free_port, node_devices, run_together
 
-port = free_port()  # the rendezvous endpoint's port (on a cluster: a fixed one, e.g. 29400)
+# the rendezvous endpoint's port (on a cluster: a fixed one, e.g. 29400)
+port = free_port()
 node_command = [
     sys.executable,
     "-m",
@@ -21,29 +23,47 @@ node_command = [
     "--nnodes=2",
     "--nproc-per-node=1",
     "--rdzv-backend=c10d",
-    f"--rdzv-endpoint=127.0.0.1:{port}",  # on a real cluster: the first node's address
+    # on a real cluster: the first node's address
+    f"--rdzv-endpoint=127.0.0.1:{port}",
     "--rdzv-id=two-nodes-demo",  # the same on every node of one job
     "--rdzv-conf=join_timeout=60",  # give up if the other node never comes
     "--max-restarts=0",
     str(Path(__file__).with_name("env_vars.py")),  # the training script
 ]
-# Two nodes on one machine must not share a GPU: each gets its own, or both run on CPU.
+# Two nodes on one machine must not share a
+# GPU: each gets its own, or both run on CPU.
 visible = node_devices(torch.cuda.device_count(), nodes=2, per_node=1)
 print(describe_devices(visible))
-envs = [dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=v) for v in visible]
+envs = [
+    dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=v)
+    for v in visible
+]
 outputs = run_together([node_command, node_command], envs, timeout_s=150)
 # --8<-- [end:launch]
 
 # --8<-- [start:check]
 seen = []  # (rank, world size, node) from each agent's worker
 for out in outputs:
-    found = re.findall(r"^rank (\d+) of (\d+) on node (\d+): ok$", out, re.MULTILINE)
+    found = re.findall(
+        r"^rank (\d+) of (\d+) on node (\d+): ok$", out, re.MULTILINE
+    )
     assert len(found) == 1, f"expected one worker per node, got:\n{out}"
     seen.append(tuple(map(int, found[0])))
 table = next(out for out in outputs if "GROUP_RANK" in out)  # rank 0's report
-print("\n".join(line for line in table.splitlines() if not re.match(r"[WIE]\d{4} ", line)))
-assert sorted(rank for rank, _, _ in seen) == [0, 1], seen  # distinct global ranks
+print(
+    "\n".join(
+        line
+        for line in table.splitlines()
+        if not re.match(r"[WIE]\d{4} ", line)
+    )
+)
+# distinct global ranks
+assert sorted(rank for rank, _, _ in seen) == [0, 1], seen
 assert all(world == 2 for _, world, _ in seen), seen  # both saw the whole job
-assert sorted(node for _, _, node in seen) == [0, 1], seen  # one GROUP_RANK per agent
-print(f"two torchrun agents, one rendezvous: (rank, world size, node) = {sorted(seen)}")
+# one GROUP_RANK per agent
+assert sorted(node for _, _, node in seen) == [0, 1], seen
+print(
+    "two torchrun agents, one rendezvous: (rank, world size, node) = "
+    f"{sorted(seen)}"
+)
 # --8<-- [end:check]

@@ -1,4 +1,5 @@
-"""FSDP2: fully_shard trains exactly what DDP trains, with half the memory per rank."""
+"""FSDP2: fully_shard trains exactly what
+DDP trains, with half the memory per rank."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/fsdp2.py
 # timeout: 240
 
@@ -6,10 +7,13 @@ import gc
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -18,37 +22,50 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 # same as snippets/parallelism/_mesh.py:setup_mesh
 def setup_mesh() -> tuple[DeviceMesh, torch.device]:
-    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    """One GPU per rank (NCCL) if every local
+    rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+        # before the mesh: it creates the process group
+        torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group() when there is no process group yet
+    # init_device_mesh calls init_process_group()
+    # when there is no process group yet
     mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
 
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
 def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same initial weights on every rank and in every copy
-    blocks = [nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(4)]
+    # the same initial weights on every rank and in every copy
+    torch.manual_seed(0)
+    blocks = [
+        nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
+        for _ in range(4)
+    ]
     return nn.Sequential(*blocks, nn.Linear(32, 8))
 
 
 # --8<-- [start:shard]
 def shard(model: nn.Sequential, mesh, **kwargs) -> nn.Sequential:
     for block in model[:-1]:
-        fully_shard(block, mesh=mesh, **kwargs)  # one all-gather, one reduce-scatter
-    fully_shard(model, mesh=mesh, **kwargs)  # the root: what is left (the last Linear)
+        # one all-gather, one reduce-scatter
+        fully_shard(block, mesh=mesh, **kwargs)
+    # the root: what is left (the last Linear)
+    fully_shard(model, mesh=mesh, **kwargs)
     return model
 
 
@@ -62,8 +79,10 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 5):
     for _ in range(steps):
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()  # FSDP: reduce-scatter, each rank keeps its shard's mean gradient
-        optimizer.step()  # updates the local shard; Adam's state exists for it only
+        # FSDP: reduce-scatter, each rank keeps its shard's mean gradient
+        loss.backward()
+        # updates the local shard; Adam's state exists for it only
+        optimizer.step()
     return optimizer
 
 
@@ -79,7 +98,8 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     torch.manual_seed(1)
     x = torch.randn(64, 32, device=device)
     y = x[:, :8].sin()
-    x, y = x.chunk(world)[rank], y.chunk(world)[rank]  # each rank: its share of the batch
+    # each rank: its share of the batch
+    x, y = x.chunk(world)[rank], y.chunk(world)[rank]
 
     # --8<-- [start:compare]
     ids = [device.index] if device.type == "cuda" else None
@@ -88,29 +108,41 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     model = shard(make_model(), mesh)
     optimizer = train(model, x, y)
 
-    for (name, p), ref in zip(model.named_parameters(), ddp.module.parameters()):
+    for (name, p), ref in zip(
+        model.named_parameters(), ddp.module.parameters()
+    ):
         assert isinstance(p, DTensor) and p.placements[0].is_shard(dim=0), name
-        assert torch.equal(p.full_tensor(), ref), name  # full_tensor(): all-gather
+        # full_tensor(): all-gather
+        assert torch.equal(p.full_tensor(), ref), name
     # --8<-- [end:compare]
 
     # --8<-- [start:memory]
-    full = sum(p.numel() for p in model.parameters())  # DTensor.numel(): global size
+    # DTensor.numel(): global size
+    full = sum(p.numel() for p in model.parameters())
     params = local_numel(model.parameters())
     grads = local_numel(p.grad for p in model.parameters())
-    adam = local_numel(s for st in optimizer.state.values() for s in st.values())
+    adam = local_numel(
+        s for st in optimizer.state.values() for s in st.values()
+    )
     assert params * world == full, (params, full)
     assert grads == params and adam == 2 * params  # exp_avg + exp_avg_sq
     if rank == 0:
-        print(f"parameters: {full} in all, {params} on each of {world} ranks; Adam state: {adam} per rank")
+        print(
+            f"parameters: {full} in all, {params} on each of {world} "
+            f"ranks; Adam state: {adam} per rank"
+        )
     # --8<-- [end:memory]
 
     # --8<-- [start:mixed]
-    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    bf16 = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+    )
     mixed = shard(make_model(), mesh, mp_policy=bf16)
     out = mixed(x)  # parameters all-gathered in bf16, computed in bf16
     nn.functional.mse_loss(out.float(), y).backward()  # reduce-scatter in fp32
     assert out.dtype == torch.bfloat16
-    for p in mixed.parameters():  # the shards stay fp32: the optimizer's master weights
+    # the shards stay fp32: the optimizer's master weights
+    for p in mixed.parameters():
         assert p.dtype == p.grad.dtype == torch.float32
     # --8<-- [end:mixed]
 
@@ -120,17 +152,22 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     state = get_model_state_dict(model, options=options)
     if rank == 0:
         plain = make_model()
-        plain.load_state_dict(state)  # the keys of the plain model: no FSDP prefixes
+        # the keys of the plain model: no FSDP prefixes
+        plain.load_state_dict(state)
         for a, b in zip(plain.parameters(), ddp.module.parameters()):
             assert torch.equal(a, b.cpu())
-        print("FSDP2 == DDP after 5 Adam steps; the full state dict loads into a plain nn.Module")
+        print(
+            "FSDP2 == DDP after 5 Adam steps; the full state dict loads "
+            "into a plain nn.Module"
+        )
     # --8<-- [end:save]
 
 
 def main() -> None:
     mesh, device = setup_mesh()
     try:
-        run(mesh, device)  # every model lives and dies in here, before the groups go
+        # every model lives and dies in here, before the groups go
+        run(mesh, device)
     finally:
         teardown_mesh(mesh)
 

@@ -1,4 +1,5 @@
-"""Pipeline parallelism: GPipe over 4 micro-batches gives one process's loss and update."""
+"""Pipeline parallelism: GPipe over 4
+micro-batches gives one process's loss and update."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/pipeline.py
 # timeout: 240
 
@@ -6,7 +7,7 @@ import copy
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -15,26 +16,31 @@ from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 # same as snippets/parallelism/_mesh.py:setup_mesh
 def setup_mesh() -> tuple[DeviceMesh, torch.device]:
-    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    """One GPU per rank (NCCL) if every local
+    rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+        # before the mesh: it creates the process group
+        torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group() when there is no process group yet
+    # init_device_mesh calls init_process_group()
+    # when there is no process group yet
     mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
 
 
 def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same full model on every rank: each keeps only its stage
+    # the same full model on every rank: each keeps only its stage
+    torch.manual_seed(0)
     layers = [nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)]
     return nn.Sequential(*layers, nn.Linear(32, 8))
 
 
 # --8<-- [start:split]
 def stage_layers(model: nn.Sequential, rank: int, stages: int) -> nn.Sequential:
-    """Split by hand: stage r holds a contiguous run of layers, [r*n/s, (r+1)*n/s)."""
+    """Split by hand: stage r holds a contiguous
+    run of layers, [r*n/s, (r+1)*n/s)."""
     n = len(model)
     return model[rank * n // stages : (rank + 1) * n // stages]
 
@@ -53,8 +59,11 @@ def main() -> None:
         loss_fn = nn.MSELoss()
 
         # --8<-- [start:stage]
-        part = stage_layers(copy.deepcopy(reference), rank, stages)  # 2 stages: 0-1 | 2-4
-        stage = PipelineStage(part, stage_index=rank, num_stages=stages, device=device)
+        # 2 stages: 0-1 | 2-4
+        part = stage_layers(copy.deepcopy(reference), rank, stages)
+        stage = PipelineStage(
+            part, stage_index=rank, num_stages=stages, device=device
+        )
         # 16 samples: 4 micro-batches of 4
         schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=loss_fn)
         # --8<-- [end:stage]
@@ -67,23 +76,28 @@ def main() -> None:
         elif stage.is_last:
             schedule.step(target=y, losses=losses)  # one loss per micro-batch
         else:
-            schedule.step()  # middle stages (with more ranks) pass activations on
+            # middle stages (with more ranks) pass activations on
+            schedule.step()
         optimizer.step()
         # --8<-- [end:step]
 
         # --8<-- [start:check]
-        reference_loss = loss_fn(reference(x), y)  # one process, the whole batch at once
+        # one process, the whole batch at once
+        reference_loss = loss_fn(reference(x), y)
         reference_loss.backward()
         torch.optim.SGD(reference.parameters(), lr=0.1).step()
         mine = stage_layers(reference, rank, stages)
         for p, ref in zip(part.parameters(), mine.parameters()):
             torch.testing.assert_close(p, ref)  # the same update
         if stage.is_last:
-            loss = torch.stack(losses).mean()  # equal micro-batches: the mean of the means
+            # equal micro-batches: the mean of the means
+            loss = torch.stack(losses).mean()
             torch.testing.assert_close(loss, reference_loss)
             print(
-                f"{stages} stages, {len(losses)} micro-batches: loss {loss.item():.6f} "
-                f"== one process {reference_loss.item():.6f}; updated weights equal"
+                f"{stages} stages, {len(losses)} micro-batches: loss "
+                f"{loss.item():.6f} "
+                f"== one process {reference_loss.item():.6f}; updated "
+                "weights equal"
             )
         # --8<-- [end:check]
     finally:

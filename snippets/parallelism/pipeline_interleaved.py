@@ -1,4 +1,5 @@
-"""Interleaved 1F1B: 2 ranks x 2 virtual stages each give one process's loss and update."""
+"""Interleaved 1F1B: 2 ranks x 2 virtual stages
+each give one process's loss and update."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/pipeline_interleaved.py
 # timeout: 240
 
@@ -6,7 +7,7 @@ import copy
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -15,27 +16,32 @@ from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
 
 # same as snippets/parallelism/_mesh.py:setup_mesh
 def setup_mesh() -> tuple[DeviceMesh, torch.device]:
-    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    """One GPU per rank (NCCL) if every local
+    rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+        # before the mesh: it creates the process group
+        torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group() when there is no process group yet
+    # init_device_mesh calls init_process_group()
+    # when there is no process group yet
     mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
 
 
 # same as snippets/parallelism/pipeline.py:make_model
 def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same full model on every rank: each keeps only its stage
+    # the same full model on every rank: each keeps only its stage
+    torch.manual_seed(0)
     layers = [nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)]
     return nn.Sequential(*layers, nn.Linear(32, 8))
 
 
 # same as snippets/parallelism/pipeline.py:stage_layers
 def stage_layers(model: nn.Sequential, rank: int, stages: int) -> nn.Sequential:
-    """Split by hand: stage r holds a contiguous run of layers, [r*n/s, (r+1)*n/s)."""
+    """Split by hand: stage r holds a contiguous
+    run of layers, [r*n/s, (r+1)*n/s)."""
     n = len(model)
     return model[rank * n // stages : (rank + 1) * n // stages]
 
@@ -53,13 +59,20 @@ def main() -> None:
         # --8<-- [start:stages]
         per_rank = 2  # virtual stages per rank
         total = per_rank * ranks  # 4 stages for 2 ranks
-        indices = [rank + k * ranks for k in range(per_rank)]  # rank 0: 0, 2; rank 1: 1, 3
-        parts = [stage_layers(copy.deepcopy(reference), i, total) for i in indices]
-        stages = [
-            PipelineStage(part, stage_index=i, num_stages=total, device=device) for part, i in zip(parts, indices)
+        # rank 0: 0, 2; rank 1: 1, 3
+        indices = [rank + k * ranks for k in range(per_rank)]
+        parts = [
+            stage_layers(copy.deepcopy(reference), i, total) for i in indices
         ]
-        # a list of stages, not one stage: that is what changes from GPipe or 1F1B
-        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=4, loss_fn=loss_fn)
+        stages = [
+            PipelineStage(part, stage_index=i, num_stages=total, device=device)
+            for part, i in zip(parts, indices)
+        ]
+        # a list of stages, not one stage: that
+        # is what changes from GPipe or 1F1B
+        schedule = ScheduleInterleaved1F1B(
+            stages, n_microbatches=4, loss_fn=loss_fn
+        )
         # --8<-- [end:stages]
 
         # --8<-- [start:step]
@@ -69,23 +82,32 @@ def main() -> None:
         if any(s.is_first for s in stages):
             schedule.step(x)  # rank 0 holds stage 0
         elif any(s.is_last for s in stages):
-            schedule.step(target=y, losses=losses)  # rank 1 holds stage 3, the last
+            # rank 1 holds stage 3, the last
+            schedule.step(target=y, losses=losses)
         optimizer.step()
         # --8<-- [end:step]
 
         # --8<-- [start:check]
-        reference_loss = loss_fn(reference(x), y)  # one process, the whole batch at once
+        # one process, the whole batch at once
+        reference_loss = loss_fn(reference(x), y)
         reference_loss.backward()
         torch.optim.SGD(reference.parameters(), lr=0.1).step()
         for part, i in zip(parts, indices):
-            for p, ref in zip(part.parameters(), stage_layers(reference, i, total).parameters()):
-                torch.testing.assert_close(p, ref)  # the same update, stage by stage
+            for p, ref in zip(
+                part.parameters(),
+                stage_layers(reference, i, total).parameters(),
+            ):
+                # the same update, stage by stage
+                torch.testing.assert_close(p, ref)
         if losses:
-            loss = torch.stack(losses).mean()  # equal micro-batches: the mean of the means
+            # equal micro-batches: the mean of the means
+            loss = torch.stack(losses).mean()
             torch.testing.assert_close(loss, reference_loss)
             print(
-                f"{ranks} ranks x {per_rank} stages, {len(losses)} micro-batches: loss "
-                f"{loss.item():.6f} == one process {reference_loss.item():.6f}; updated weights equal"
+                f"{ranks} ranks x {per_rank} stages, {len(losses)} "
+                "micro-batches: loss "
+                f"{loss.item():.6f} == one process "
+                f"{reference_loss.item():.6f}; updated weights equal"
             )
         # --8<-- [end:check]
     finally:

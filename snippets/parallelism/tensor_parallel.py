@@ -1,4 +1,5 @@
-"""Tensor parallelism: a column- then row-parallel MLP equals the unsharded one."""
+"""Tensor parallelism: a column- then
+row-parallel MLP equals the unsharded one."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/parallelism/tensor_parallel.py
 # timeout: 240
 
@@ -7,33 +8,44 @@ import gc
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 
 # same as snippets/parallelism/_mesh.py:setup_mesh
 def setup_mesh() -> tuple[DeviceMesh, torch.device]:
-    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    """One GPU per rank (NCCL) if every local
+    rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+        # before the mesh: it creates the process group
+        torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group() when there is no process group yet
+    # init_device_mesh calls init_process_group()
+    # when there is no process group yet
     mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
 
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
@@ -57,9 +69,11 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     model = parallelize_module(
         copy.deepcopy(reference),
         mesh,
-        {"up": ColwiseParallel(), "down": RowwiseParallel()},  # column, then row
+        # column, then row
+        {"up": ColwiseParallel(), "down": RowwiseParallel()},
     )
-    # each rank holds a slice of up's output features and of down's input features
+    # each rank holds a slice of up's output
+    # features and of down's input features
     assert model.up.weight.to_local().shape == (64 // world, 16)
     assert model.down.weight.to_local().shape == (16, 64 // world)
     # --8<-- [end:parallelize]
@@ -67,20 +81,27 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     # --8<-- [start:check]
     x_tp = x.detach().clone().requires_grad_()
     with CommDebugMode() as forward_comms:
-        out = model(x_tp)  # a plain tensor: RowwiseParallel all-reduced the partial sums
+        # a plain tensor: RowwiseParallel all-reduced the partial sums
+        out = model(x_tp)
     with CommDebugMode() as backward_comms:
         out.sum().backward()  # ColwiseParallel all-reduces the input's gradient
-    assert forward_comms.get_total_counts() == backward_comms.get_total_counts() == 1
+    assert (
+        forward_comms.get_total_counts()
+        == backward_comms.get_total_counts()
+        == 1
+    )
 
     reference(x).sum().backward()
-    torch.testing.assert_close(out, reference(x))  # same outputs as the unsharded MLP
+    # same outputs as the unsharded MLP
+    torch.testing.assert_close(out, reference(x))
     torch.testing.assert_close(x_tp.grad, x.grad)  # same gradient for the input
     for (name, p), ref in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad.full_tensor(), ref.grad, msg=name)
     # --8<-- [end:check]
     if dist.get_rank() == 0:
         print(
-            f"TP on {world} ranks == unsharded MLP (outputs and gradients); collectives: "
+            f"TP on {world} ranks == unsharded MLP (outputs and "
+            "gradients); collectives: "
             f"{forward_comms.get_total_counts()} in forward, "
             f"{backward_comms.get_total_counts()} in backward"
         )
@@ -90,7 +111,8 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
 def main() -> None:
     mesh, device = setup_mesh()
     try:
-        run(mesh, device)  # every model lives and dies in here, before the groups go
+        # every model lives and dies in here, before the groups go
+        run(mesh, device)
     finally:
         teardown_mesh(mesh)
 

@@ -1,11 +1,12 @@
-"""DDP's bf16 compression hook on GPUs: bf16 keeps fp32's range where fp16 underflows, at 8x coarser rounding."""
+"""DDP's bf16 compression hook on GPUs: bf16 keeps fp32's
+range where fp16 underflows, at 8x coarser rounding."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/comm_hook_bf16.py
 # requires: gpus=2
 
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as default
@@ -16,11 +17,12 @@ STEPS = 10
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -31,7 +33,13 @@ def setup() -> torch.device:
 # same as snippets/scaling/comm_hooks.py:make_model
 def make_model(device: torch.device) -> nn.Module:
     torch.manual_seed(0)  # the same initial weights for every variant
-    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 16)).to(device)
+    return nn.Sequential(
+        nn.Linear(128, 256),
+        nn.ReLU(),
+        nn.Linear(256, 256),
+        nn.ReLU(),
+        nn.Linear(256, 16),
+    ).to(device)
 
 
 # same as snippets/scaling/comm_hooks.py:wrap
@@ -44,24 +52,37 @@ def wrap(device: torch.device, hook, state=None) -> DDP:
 
 # same as snippets/scaling/comm_hooks.py:measured
 def measured(hook, records: list):
-    """The same hook, plus what exact averaging would have given, for comparison: costs an extra all_gather."""
+    """The same hook, plus what exact averaging would have
+    given, for comparison: costs an extra all_gather."""
 
-    def measured_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        local = bucket.buffer().clone()  # this rank's gradient, before the hook changes it in place
-        everyone = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    def measured_hook(
+        state, bucket: dist.GradBucket
+    ) -> torch.futures.Future[torch.Tensor]:
+        # this rank's gradient, before the hook changes it in place
+        local = bucket.buffer().clone()
+        everyone = [
+            torch.empty_like(local) for _ in range(dist.get_world_size())
+        ]
         dist.all_gather(everyone, local)
         future = hook(state, bucket)
-        averaged = future.wait()  # what DDP will write into .grad (no overlap: measuring only)
-        records.append((bucket.index(), torch.stack(everyone), averaged.clone()))
+        # what DDP will write into .grad (no overlap: measuring only)
+        averaged = future.wait()
+        records.append(
+            (bucket.index(), torch.stack(everyone), averaged.clone())
+        )
         return future
 
     return measured_hook
 
 
 # same as snippets/scaling/comm_hooks.py:train
-def train(model: DDP, records: list, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
-    """SGD steps on this rank's batches; per step: every rank's gradient and the averaged one DDP applied."""
-    torch.manual_seed(1 + dist.get_rank())  # every variant sees the same batches; each rank its own
+def train(
+    model: DDP, records: list, device: torch.device
+) -> list[tuple[torch.Tensor, ...]]:
+    """SGD steps on this rank's batches; per step: every
+    rank's gradient and the averaged one DDP applied."""
+    # every variant sees the same batches; each rank its own
+    torch.manual_seed(1 + dist.get_rank())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     steps = []
     for _ in range(STEPS):
@@ -69,8 +90,11 @@ def train(model: DDP, records: list, device: torch.device) -> list[tuple[torch.T
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), x[:, :16].sin()).backward()
         optimizer.step()
-        records.sort(key=lambda record: record[0])  # bucket order, whatever order they completed in
-        steps.append(tuple(torch.cat(parts, dim=-1) for parts in list(zip(*records))[1:]))
+        # bucket order, whatever order they completed in
+        records.sort(key=lambda record: record[0])
+        steps.append(
+            tuple(torch.cat(parts, dim=-1) for parts in list(zip(*records))[1:])
+        )
         records.clear()
     return steps
 
@@ -82,15 +106,26 @@ def relative(error: torch.Tensor, reference: torch.Tensor) -> float:
 
 # same as snippets/scaling/comm_hooks.py:check_rounding
 def check_rounding(steps: list, dtype: torch.dtype) -> float:
-    """Each averaged element within the rounding bound of the exact mean; returns the share below dtype's normal range."""
-    u = torch.finfo(dtype).eps / 2  # unit roundoff: 2**-11 for fp16, 2**-8 for bf16
-    tiny = torch.finfo(dtype).smallest_normal * u  # below the normal range the steps are absolute, not relative
+    """Each averaged element within the rounding bound of the
+    exact mean; returns the share below dtype's normal range."""
+    # unit roundoff: 2**-11 for fp16, 2**-8 for bf16
+    u = torch.finfo(dtype).eps / 2
+    # below the normal range the steps are absolute, not relative
+    tiny = torch.finfo(dtype).smallest_normal * u
     below, total = 0, 0
-    for everyone, applied in steps:  # N casts, N divisions by N, N-1 additions: each within u*|value| + tiny
+    # N casts, N divisions by N, N-1 additions: each within u*|value| + tiny
+    for everyone, applied in steps:
         exact = everyone.mean(dim=0)
-        bound = 2 * u * everyone.abs().sum(dim=0) * (1 + u) + 3 * len(everyone) * tiny
+        bound = (
+            2 * u * everyone.abs().sum(dim=0) * (1 + u)
+            + 3 * len(everyone) * tiny
+        )
         assert ((applied - exact).abs() <= bound).all()
-        below += ((exact != 0) & (exact.abs() < torch.finfo(dtype).smallest_normal)).sum().item()
+        below += (
+            ((exact != 0) & (exact.abs() < torch.finfo(dtype).smallest_normal))
+            .sum()
+            .item()
+        )
         total += exact.numel()
     return below / total
 
@@ -98,22 +133,31 @@ def check_rounding(steps: list, dtype: torch.dtype) -> float:
 def run(device: torch.device) -> None:
     # --8<-- [start:bf16]
     errors, below = {}, {}
-    for dtype, hook in ((torch.float16, default.fp16_compress_hook), (torch.bfloat16, default.bf16_compress_hook)):
+    for dtype, hook in (
+        (torch.float16, default.fp16_compress_hook),
+        (torch.bfloat16, default.bf16_compress_hook),
+    ):
         records = []
         model = wrap(device, measured(hook, records))
         steps = train(model, records, device)
         del model
-        below[dtype] = check_rounding(steps, dtype)  # the same bound, with dtype's unit roundoff
+        # the same bound, with dtype's unit roundoff
+        below[dtype] = check_rounding(steps, dtype)
         errors[dtype] = max(
-            relative(applied - everyone.mean(dim=0), everyone.mean(dim=0)) for everyone, applied in steps
+            relative(applied - everyone.mean(dim=0), everyone.mean(dim=0))
+            for everyone, applied in steps
         )
-    assert below[torch.bfloat16] == 0 < below[torch.float16]  # bf16's normal range starts at 1.2e-38
-    assert errors[torch.bfloat16] > errors[torch.float16]  # 8 significant bits against 11
+    # bf16's normal range starts at 1.2e-38
+    assert below[torch.bfloat16] == 0 < below[torch.float16]
+    # 8 significant bits against 11
+    assert errors[torch.bfloat16] > errors[torch.float16]
     # --8<-- [end:bf16]
     if dist.get_rank() == 0:
         for dtype in errors:
             print(
-                f"{dtype}: error per step up to {errors[dtype]:.1e}, {below[dtype]:.0%} of the elements below its normal range"
+                f"{dtype}: error per step up to {errors[dtype]:.1e}, "
+                f"{below[dtype]:.0%} of the elements below its normal "
+                "range"
             )
 
 

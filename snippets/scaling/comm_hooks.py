@@ -1,14 +1,17 @@
-"""DDP communication hooks: fp16 compression and PowerSGD against exact all-reduce, their error and their bytes."""
+"""DDP communication hooks: fp16 compression and PowerSGD
+against exact all-reduce, their error and their bytes."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/comm_hooks.py
 
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as default
-from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+from torch.distributed.algorithms.ddp_comm_hooks import (
+    powerSGD_hook as powerSGD,
+)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS, EARLY = 40, 10
@@ -16,11 +19,12 @@ STEPS, EARLY = 40, 10
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -30,7 +34,13 @@ def setup() -> torch.device:
 
 def make_model(device: torch.device) -> nn.Module:
     torch.manual_seed(0)  # the same initial weights for every variant
-    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 16)).to(device)
+    return nn.Sequential(
+        nn.Linear(128, 256),
+        nn.ReLU(),
+        nn.Linear(256, 256),
+        nn.ReLU(),
+        nn.Linear(256, 16),
+    ).to(device)
 
 
 # --8<-- [start:register]
@@ -41,13 +51,20 @@ def wrap(device: torch.device, hook, state=None) -> DDP:
     return model
 
 
-def powersgd_state(rank: int, error_feedback: bool = True) -> powerSGD.PowerSGDState:
+def powersgd_state(
+    rank: int, error_feedback: bool = True
+) -> powerSGD.PowerSGDState:
     return powerSGD.PowerSGDState(
         process_group=None,  # the default group
-        matrix_approximation_rank=rank,  # P: n x rank, Q: m x rank for each n x m gradient
-        start_powerSGD_iter=2,  # plain all-reduce for the first 2 steps (DDP rebuilds its buckets after step 1)
-        use_error_feedback=error_feedback,  # add what compression dropped to the next step's gradient
-        warm_start=True,  # start each step's power iteration from the last step's Q
+        # P: n x rank, Q: m x rank for each n x m gradient
+        matrix_approximation_rank=rank,
+        # plain all-reduce for the first 2 steps
+        # (DDP rebuilds its buckets after step 1)
+        start_powerSGD_iter=2,
+        # add what compression dropped to the next step's gradient
+        use_error_feedback=error_feedback,
+        # start each step's power iteration from the last step's Q
+        warm_start=True,
     )
 
 
@@ -56,15 +73,24 @@ def powersgd_state(rank: int, error_feedback: bool = True) -> powerSGD.PowerSGDS
 
 # --8<-- [start:measure]
 def measured(hook, records: list):
-    """The same hook, plus what exact averaging would have given, for comparison: costs an extra all_gather."""
+    """The same hook, plus what exact averaging would have
+    given, for comparison: costs an extra all_gather."""
 
-    def measured_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        local = bucket.buffer().clone()  # this rank's gradient, before the hook changes it in place
-        everyone = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    def measured_hook(
+        state, bucket: dist.GradBucket
+    ) -> torch.futures.Future[torch.Tensor]:
+        # this rank's gradient, before the hook changes it in place
+        local = bucket.buffer().clone()
+        everyone = [
+            torch.empty_like(local) for _ in range(dist.get_world_size())
+        ]
         dist.all_gather(everyone, local)
         future = hook(state, bucket)
-        averaged = future.wait()  # what DDP will write into .grad (no overlap: measuring only)
-        records.append((bucket.index(), torch.stack(everyone), averaged.clone()))
+        # what DDP will write into .grad (no overlap: measuring only)
+        averaged = future.wait()
+        records.append(
+            (bucket.index(), torch.stack(everyone), averaged.clone())
+        )
         return future
 
     return measured_hook
@@ -73,9 +99,13 @@ def measured(hook, records: list):
 # --8<-- [end:measure]
 
 
-def train(model: DDP, records: list, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
-    """SGD steps on this rank's batches; per step: every rank's gradient and the averaged one DDP applied."""
-    torch.manual_seed(1 + dist.get_rank())  # every variant sees the same batches; each rank its own
+def train(
+    model: DDP, records: list, device: torch.device
+) -> list[tuple[torch.Tensor, ...]]:
+    """SGD steps on this rank's batches; per step: every
+    rank's gradient and the averaged one DDP applied."""
+    # every variant sees the same batches; each rank its own
+    torch.manual_seed(1 + dist.get_rank())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     steps = []
     for _ in range(STEPS):
@@ -83,25 +113,35 @@ def train(model: DDP, records: list, device: torch.device) -> list[tuple[torch.T
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), x[:, :16].sin()).backward()
         optimizer.step()
-        records.sort(key=lambda record: record[0])  # bucket order, whatever order they completed in
-        steps.append(tuple(torch.cat(parts, dim=-1) for parts in list(zip(*records))[1:]))
+        # bucket order, whatever order they completed in
+        records.sort(key=lambda record: record[0])
+        steps.append(
+            tuple(torch.cat(parts, dim=-1) for parts in list(zip(*records))[1:])
+        )
         records.clear()
     return steps
 
 
 # --8<-- [start:bytes]
 def payload_bytes(model: nn.Module, how: str, rank: int = 0) -> int:
-    """What one rank hands to all-reduce per step (a ring all-reduce moves about twice that over the links)."""
+    """What one rank hands to all-reduce per step (a ring
+    all-reduce moves about twice that over the links)."""
     numel = sum(p.numel() for p in model.parameters())
     if how == "exact":
         return 4 * numel  # fp32
     if how == "fp16":
         return 2 * numel
-    elements = 0  # PowerSGD: each n x m matrix becomes P (n x rank) and Q (m x rank), if that is < half of it
+    # PowerSGD: each n x m matrix becomes P (n x
+    # rank) and Q (m x rank), if that is < half of it
+    elements = 0
     for p in model.parameters():
         n, m = p.shape[0], p[0].numel()
         r = min(n, m, rank)
-        elements += r * (n + m) if p.dim() > 1 and 2 * r * (n + m) < n * m else p.numel()
+        elements += (
+            r * (n + m)
+            if p.dim() > 1 and 2 * r * (n + m) < n * m
+            else p.numel()
+        )
     return 4 * elements
 
 
@@ -114,15 +154,26 @@ def relative(error: torch.Tensor, reference: torch.Tensor) -> float:
 
 # --8<-- [start:rounding_bound]
 def check_rounding(steps: list, dtype: torch.dtype) -> float:
-    """Each averaged element within the rounding bound of the exact mean; returns the share below dtype's normal range."""
-    u = torch.finfo(dtype).eps / 2  # unit roundoff: 2**-11 for fp16, 2**-8 for bf16
-    tiny = torch.finfo(dtype).smallest_normal * u  # below the normal range the steps are absolute, not relative
+    """Each averaged element within the rounding bound of the
+    exact mean; returns the share below dtype's normal range."""
+    # unit roundoff: 2**-11 for fp16, 2**-8 for bf16
+    u = torch.finfo(dtype).eps / 2
+    # below the normal range the steps are absolute, not relative
+    tiny = torch.finfo(dtype).smallest_normal * u
     below, total = 0, 0
-    for everyone, applied in steps:  # N casts, N divisions by N, N-1 additions: each within u*|value| + tiny
+    # N casts, N divisions by N, N-1 additions: each within u*|value| + tiny
+    for everyone, applied in steps:
         exact = everyone.mean(dim=0)
-        bound = 2 * u * everyone.abs().sum(dim=0) * (1 + u) + 3 * len(everyone) * tiny
+        bound = (
+            2 * u * everyone.abs().sum(dim=0) * (1 + u)
+            + 3 * len(everyone) * tiny
+        )
         assert ((applied - exact).abs() <= bound).all()
-        below += ((exact != 0) & (exact.abs() < torch.finfo(dtype).smallest_normal)).sum().item()
+        below += (
+            ((exact != 0) & (exact.abs() < torch.finfo(dtype).smallest_normal))
+            .sum()
+            .item()
+        )
         total += exact.numel()
     return below / total
 
@@ -132,10 +183,12 @@ def check_rounding(steps: list, dtype: torch.dtype) -> float:
 
 # --8<-- [start:error_memory]
 def check_error_memory(steps: list, state: powerSGD.PowerSGDState) -> None:
-    """With error feedback, the updates applied add up to the exact ones minus what the ranks still hold back."""
+    """With error feedback, the updates applied add up to
+    the exact ones minus what the ranks still hold back."""
     applied_sum = sum(applied for _, applied in steps)
     exact_sum = sum(everyone.mean(dim=0) for everyone, _ in steps)
-    held = torch.cat([state.error_dict[i] for i in sorted(state.error_dict)])  # the state's memory, per bucket
+    # the state's memory, per bucket
+    held = torch.cat([state.error_dict[i] for i in sorted(state.error_dict)])
     dist.all_reduce(held)
     held /= dist.get_world_size()
     assert relative(applied_sum - (exact_sum - held), exact_sum) < 1e-5
@@ -145,30 +198,55 @@ def check_error_memory(steps: list, state: powerSGD.PowerSGDState) -> None:
 
 
 def summed_error(steps: list) -> float:
-    """How far the sum of the updates applied is from the sum of the exact ones."""
+    """How far the sum of the updates applied
+    is from the sum of the exact ones."""
     exact = sum(everyone.mean(dim=0) for everyone, _ in steps)
     return relative(sum(applied for _, applied in steps) - exact, exact)
 
 
 def run(device: torch.device) -> None:
     rank0 = dist.get_rank() == 0
-    variants = {  # name: hook, its state, how its bytes are counted, PowerSGD's rank
+    # name: hook, its state, how its bytes are counted, PowerSGD's rank
+    variants = {
         "exact all-reduce": (default.allreduce_hook, None, "exact", 0),
         "fp16": (default.fp16_compress_hook, None, "fp16", 0),
-        "PowerSGD rank 1": (powerSGD.powerSGD_hook, powersgd_state(1), "powersgd", 1),
-        "PowerSGD rank 4": (powerSGD.powerSGD_hook, powersgd_state(4), "powersgd", 4),
-        "PowerSGD rank 1, no error feedback": (powerSGD.powerSGD_hook, powersgd_state(1, False), "powersgd", 1),
+        "PowerSGD rank 1": (
+            powerSGD.powerSGD_hook,
+            powersgd_state(1),
+            "powersgd",
+            1,
+        ),
+        "PowerSGD rank 4": (
+            powerSGD.powerSGD_hook,
+            powersgd_state(4),
+            "powersgd",
+            4,
+        ),
+        "PowerSGD rank 1, no error feedback": (
+            powerSGD.powerSGD_hook,
+            powersgd_state(1, False),
+            "powersgd",
+            1,
+        ),
     }
     full = payload_bytes(make_model(device), "exact")
     if rank0:
-        print(f"{'hook':<35} {'bytes/step':>10} {'ratio':>6} {'error/step':>10}  summed after {EARLY}, {STEPS} steps")
+        print(
+            f"{'hook':<35} {'bytes/step':>10} {'ratio':>6} "
+            f"{'error/step':>10}  summed after {EARLY}, {STEPS} steps"
+        )
     summed = {}
     for name, (hook, state, how, rank) in variants.items():
         records = []
         model = wrap(device, measured(hook, records), state)
         steps = train(model, records, device)
-        del model  # each DDP model goes long before destroy_process_group(): see the debugging page
-        errors = [relative(applied - everyone.mean(dim=0), everyone.mean(dim=0)) for everyone, applied in steps]
+        # each DDP model goes long before
+        # destroy_process_group(): see the debugging page
+        del model
+        errors = [
+            relative(applied - everyone.mean(dim=0), everyone.mean(dim=0))
+            for everyone, applied in steps
+        ]
         summed[name] = summed_error(steps[:EARLY]), summed_error(steps)
         nbytes = payload_bytes(make_model(device), how, rank)
         if how == "exact":
@@ -176,22 +254,39 @@ def run(device: torch.device) -> None:
         if how == "fp16":
             below = check_rounding(steps, torch.float16)
         if how == "powersgd":
-            assert max(errors[:2]) == 0  # start_powerSGD_iter=2: the first two steps are plain all-reduce
-            _, before, after = state.compression_stats()  # elements PowerSGD counted, from step 2 on
-            assert (4 * before, 4 * after) == (full * (STEPS - 2), nbytes * (STEPS - 2))
+            # start_powerSGD_iter=2: the first two steps are plain all-reduce
+            assert max(errors[:2]) == 0
+            # elements PowerSGD counted, from step 2 on
+            _, before, after = state.compression_stats()
+            assert (4 * before, 4 * after) == (
+                full * (STEPS - 2),
+                nbytes * (STEPS - 2),
+            )
             if state.use_error_feedback:
                 check_error_memory(steps, state)
         if rank0:
-            mean_error = sum(errors[2:]) / len(errors[2:])  # from the first compressed step on
+            # from the first compressed step on
+            mean_error = sum(errors[2:]) / len(errors[2:])
             early, late = summed[name]
-            print(f"{name:<35} {nbytes:>10,} {full / nbytes:>5.1f}x {mean_error:>10.1e}  {early:.1e}, {late:.1e}")
+            print(
+                f"{name:<35} {nbytes:>10,} {full / nbytes:>5.1f}x "
+                f"{mean_error:>10.1e}  {early:.1e}, {late:.1e}"
+            )
     # --8<-- [start:error_feedback]
-    with_feedback, without = summed["PowerSGD rank 1"], summed["PowerSGD rank 1, no error feedback"]
-    assert with_feedback[1] < with_feedback[0]  # the sum of the updates closes in on the exact sum
-    assert without[1] >= without[0] > with_feedback[1]  # without it, what is dropped stays dropped
+    with_feedback, without = (
+        summed["PowerSGD rank 1"],
+        summed["PowerSGD rank 1, no error feedback"],
+    )
+    # the sum of the updates closes in on the exact sum
+    assert with_feedback[1] < with_feedback[0]
+    # without it, what is dropped stays dropped
+    assert without[1] >= without[0] > with_feedback[1]
     # --8<-- [end:error_feedback]
     if rank0:
-        print(f"fp16: {below:.0%} of the averaged gradient's elements were below fp16's normal range (6.1e-05)")
+        print(
+            f"fp16: {below:.0%} of the averaged gradient's elements were "
+            "below fp16's normal range (6.1e-05)"
+        )
 
 
 def start_too_early() -> str:

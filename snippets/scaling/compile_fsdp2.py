@@ -1,4 +1,5 @@
-"""torch.compile with FSDP2: compile each block, shard each block; one compiled graph serves every block."""
+"""torch.compile with FSDP2: compile each block, shard
+each block; one compiled graph serves every block."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/compile_fsdp2.py
 # timeout: 240
 # output-varies: ([\d.]+) ms per step
@@ -11,7 +12,7 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -20,32 +21,42 @@ from torch.distributed.fsdp import fully_shard
 
 # same as snippets/parallelism/_mesh.py:setup_mesh
 def setup_mesh() -> tuple[DeviceMesh, torch.device]:
-    """One GPU per rank (NCCL) if every local rank can have one, else CPU (gloo)."""
+    """One GPU per rank (NCCL) if every local
+    rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)  # before the mesh: it creates the process group
+        # before the mesh: it creates the process group
+        torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group() when there is no process group yet
+    # init_device_mesh calls init_process_group()
+    # when there is no process group yet
     mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
     return mesh, device
 
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
 def teardown_mesh(mesh: DeviceMesh) -> None:
-    """Destroy the groups and free them now, so their threads end before Python does (debugging page)."""
-    gc.collect()  # sharded models are reference cycles: free them while the group is still registered
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
     dist.destroy_process_group()
-    # DTensor's caches keep the mesh alive, and the mesh its groups (torch 2.14): let go of them
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
     getattr(mesh, "_pg_registry", {}).clear()
 
 
 # same as snippets/scaling/compile_ddp.py:counting
 def counting(backend: str, graphs: list) -> Callable:
-    """A compiler backend that records each graph Dynamo hands over, then compiles it with `backend`."""
+    """A compiler backend that records each graph
+    Dynamo hands over, then compiles it with `backend`."""
     compile_graph = torch._dynamo.lookup_backend(backend)
 
-    def count_then_compile(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    def count_then_compile(
+        gm: torch.fx.GraphModule, example_inputs: list
+    ) -> Callable:
         graphs.append(gm)
         return compile_graph(gm, example_inputs)
 
@@ -53,11 +64,16 @@ def counting(backend: str, graphs: list) -> Callable:
 
 
 class Block(nn.Module):
-    """A residual MLP block: the repeated unit, as a transformer block is in a language model."""
+    """A residual MLP block: the repeated unit, as
+    a transformer block is in a language model."""
 
     def __init__(self, width: int = 64) -> None:
         super().__init__()
-        self.norm, self.fc1, self.fc2 = nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+        self.norm, self.fc1, self.fc2 = (
+            nn.LayerNorm(width),
+            nn.Linear(width, 4 * width),
+            nn.Linear(4 * width, width),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
@@ -76,13 +92,17 @@ class Net(nn.Module):
 
 
 # --8<-- [start:shard]
-def build(mesh: DeviceMesh, device: torch.device, where: str, backend=None) -> Net:
+def build(
+    mesh: DeviceMesh, device: torch.device, where: str, backend=None
+) -> Net:
     torch.manual_seed(0)  # the same initial weights for every variant
     model = Net().to(device)
     for block in model.blocks:
         if where == "each block":
-            block.compile(backend=backend)  # in place; the same code object for every block
-        fully_shard(block, mesh=mesh)  # FSDP's hooks run around the compiled forward, not inside it
+            # in place; the same code object for every block
+            block.compile(backend=backend)
+        # FSDP's hooks run around the compiled forward, not inside it
+        fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     if where == "whole model":
         model.compile(backend=backend)
@@ -93,8 +113,10 @@ def build(mesh: DeviceMesh, device: torch.device, where: str, backend=None) -> N
 
 
 def train(model: nn.Module, device: torch.device, steps: int = 6):
-    """Adam steps on this rank's batches; returns the losses and the full weights (gathered), and the times."""
-    torch.manual_seed(1 + dist.get_rank())  # every variant sees the same batches; each rank its own
+    """Adam steps on this rank's batches; returns the
+    losses and the full weights (gathered), and the times."""
+    # every variant sees the same batches; each rank its own
+    torch.manual_seed(1 + dist.get_rank())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses, seconds = [], []
     for _ in range(steps):
@@ -108,13 +130,17 @@ def train(model: nn.Module, device: torch.device, steps: int = 6):
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
-    weights = [p.full_tensor() for p in model.parameters()]  # a collective: every rank calls it
+    # a collective: every rank calls it
+    weights = [p.full_tensor() for p in model.parameters()]
     return [torch.stack(losses), *weights], seconds
 
 
 # same as snippets/scaling/compile_ddp.py:max_relative_difference
 def max_relative_difference(ours: list, reference: list) -> float:
-    return max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, reference))
+    return max(
+        ((a - b).abs().max() / b.abs().max()).item()
+        for a, b in zip(ours, reference)
+    )
 
 
 def run(mesh: DeviceMesh, device: torch.device, backend: str) -> None:
@@ -122,31 +148,51 @@ def run(mesh: DeviceMesh, device: torch.device, backend: str) -> None:
     reference, seconds = train(build(mesh, device, "eager"), device)
     if rank == 0:
         step_ms = 1000 * sorted(seconds[1:])[len(seconds) // 2]
-        print(f"backend {backend} on {device.type}; eager FSDP2: {step_ms:.1f} ms per step")
+        print(
+            f"backend {backend} on {device.type}; eager FSDP2: "
+            f"{step_ms:.1f} ms per step"
+        )
 
     # --8<-- [start:check]
-    tolerance = 0.0 if backend == "aot_eager" else 1e-5  # aot_eager runs eager's own kernels
+    # aot_eager runs eager's own kernels
+    tolerance = 0.0 if backend == "aot_eager" else 1e-5
     for where in ("each block", "whole model"):
         graphs = []
-        tensors, seconds = train(build(mesh, device, where, counting(backend, graphs)), device)
+        tensors, seconds = train(
+            build(mesh, device, where, counting(backend, graphs)), device
+        )
         difference = max_relative_difference(tensors, reference)
-        # block 0's input needs no gradient, the others' do: two graphs, whatever the depth
+        # block 0's input needs no gradient, the
+        # others' do: two graphs, whatever the depth
         assert len(graphs) == 2, f"{where}: {len(graphs)} graphs"
         assert difference <= tolerance, f"{where}: {difference:.1e}"
         # --8<-- [end:check]
         if rank == 0:
             step_ms = 1000 * sorted(seconds[1:])[len(seconds) // 2]
-            print(f"compile {where}: {len(graphs)} graphs for 4 blocks, loss/weights vs eager {difference:.1e}")
-            print(f"  first step {seconds[0]:.1f} s (Dynamo, AOTAutograd, {backend}), then {step_ms:.1f} ms per step")
+            print(
+                f"compile {where}: {len(graphs)} graphs for 4 blocks, "
+                f"loss/weights vs eager {difference:.1e}"
+            )
+            print(
+                f"  first step {seconds[0]:.1f} s (Dynamo, AOTAutograd, "
+                f"{backend}), then {step_ms:.1f} ms per step"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", help="default: inductor on GPUs, aot_eager on CPU")
+    parser.add_argument(
+        "--backend", help="default: inductor on GPUs, aot_eager on CPU"
+    )
     args = parser.parse_args()
     mesh, device = setup_mesh()
     try:
-        run(mesh, device, args.backend or ("inductor" if device.type == "cuda" else "aot_eager"))
+        run(
+            mesh,
+            device,
+            args.backend
+            or ("inductor" if device.type == "cuda" else "aot_eager"),
+        )
     finally:
         teardown_mesh(mesh)
 

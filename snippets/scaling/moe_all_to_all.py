@@ -1,4 +1,5 @@
-"""Expert parallelism: a top-2 mixture-of-experts layer whose tokens travel to their experts' ranks by all-to-all."""
+"""Expert parallelism: a top-2 mixture-of-experts layer
+whose tokens travel to their experts' ranks by all-to-all."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/moe_all_to_all.py
 
 import copy
@@ -15,11 +16,12 @@ AUX_WEIGHT = 0.01  # the Switch Transformer's alpha
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -28,21 +30,32 @@ def setup() -> torch.device:
 
 
 def make_expert() -> nn.Module:
-    return nn.Sequential(nn.Linear(DIM, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, DIM))
+    return nn.Sequential(
+        nn.Linear(DIM, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, DIM)
+    )
 
 
 # --8<-- [start:route]
 def route(router: nn.Linear, x: torch.Tensor):
-    """Top-k routing: each token picks its k best experts and weighs them with a softmax over those k."""
+    """Top-k routing: each token picks its k best
+    experts and weighs them with a softmax over those k."""
     logits = router(x)  # [tokens, experts]
     top_logits, expert_ids = logits.topk(TOP_K, dim=-1)  # [tokens, k]
-    gates = top_logits.softmax(dim=-1)  # = softmax over all experts, renormalised over the k chosen
+    # = softmax over all experts, renormalised over the k chosen
+    gates = top_logits.softmax(dim=-1)
     return expert_ids, gates, logits
 
 
-def balance_loss(logits: torch.Tensor, expert_ids: torch.Tensor) -> torch.Tensor:
-    """Switch Transformer's auxiliary loss: N * sum_i f_i * P_i, smallest when the experts share the load."""
-    share = torch.bincount(expert_ids.flatten(), minlength=N_EXPERTS) / expert_ids.numel()  # f_i
+def balance_loss(
+    logits: torch.Tensor, expert_ids: torch.Tensor
+) -> torch.Tensor:
+    """Switch Transformer's auxiliary loss: N * sum_i
+    f_i * P_i, smallest when the experts share the load."""
+    # f_i
+    share = (
+        torch.bincount(expert_ids.flatten(), minlength=N_EXPERTS)
+        / expert_ids.numel()
+    )
     prob = logits.softmax(dim=-1).mean(dim=0)  # P_i
     return N_EXPERTS * (share * prob).sum()
 
@@ -51,12 +64,16 @@ def balance_loss(logits: torch.Tensor, expert_ids: torch.Tensor) -> torch.Tensor
 
 
 # --8<-- [start:reference]
-def moe_one_process(router: nn.Linear, experts: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
-    """The same layer with every expert in one process: the answer the distributed layer must give."""
+def moe_one_process(
+    router: nn.Linear, experts: list[nn.Module], x: torch.Tensor
+) -> torch.Tensor:
+    """The same layer with every expert in one process:
+    the answer the distributed layer must give."""
     expert_ids, gates, _ = route(router, x)
     y = torch.zeros_like(x)
     for e, expert in enumerate(experts):
-        token, slot = (expert_ids == e).nonzero(as_tuple=True)  # tokens that chose e, and as which choice
+        # tokens that chose e, and as which choice
+        token, slot = (expert_ids == e).nonzero(as_tuple=True)
         y = y.index_add(0, token, expert(x[token]) * gates[token, slot, None])
     return y
 
@@ -66,10 +83,13 @@ def moe_one_process(router: nn.Linear, experts: list[nn.Module], x: torch.Tensor
 
 # --8<-- [start:all_to_all]
 class AllToAll(torch.autograd.Function):
-    """dist.all_to_all_single that autograd can go through: gradients travel back with the splits swapped."""
+    """dist.all_to_all_single that autograd can go through:
+    gradients travel back with the splits swapped."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> torch.Tensor:
+    def forward(
+        ctx, x: torch.Tensor, out_splits: list[int], in_splits: list[int]
+    ) -> torch.Tensor:
         ctx.splits = out_splits, in_splits
         out = x.new_empty(sum(out_splits), *x.shape[1:])
         dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits)
@@ -87,7 +107,8 @@ class AllToAll(torch.autograd.Function):
 
 
 class ExpertParallelMoE(nn.Module):
-    """A rank holds N_EXPERTS / world experts: rank r holds experts r * n, ..., r * n + n - 1."""
+    """A rank holds N_EXPERTS / world experts: rank
+    r holds experts r * n, ..., r * n + n - 1."""
 
     def __init__(self, router: nn.Linear, local_experts: list[nn.Module]):
         super().__init__()
@@ -99,33 +120,45 @@ class ExpertParallelMoE(nn.Module):
     def forward(self, x: torch.Tensor):
         world = dist.get_world_size()
         expert_ids, gates, logits = route(self.router, x)
-        flat = expert_ids.flatten()  # [tokens * k]: the expert of each copy; copy j is of token j // k
-        order = flat.argsort(stable=True)  # copies sorted by expert, hence by the rank that holds it
+        # [tokens * k]: the expert of each copy; copy j is of token j // k
+        flat = expert_ids.flatten()
+        # copies sorted by expert, hence by the rank that holds it
+        order = flat.argsort(stable=True)
         token_of = order // TOP_K  # the token each sorted copy comes from
         per_expert = torch.bincount(flat, minlength=N_EXPERTS)
 
-        # 1. counts first: every rank learns how many rows it will receive, per source and local expert
+        # 1. counts first: every rank learns how many rows
+        # it will receive, per source and local expert
         incoming = torch.empty_like(per_expert)
-        dist.all_to_all_single(incoming, per_expert)  # even split: n entries to each rank
-        send = per_expert.view(world, -1).sum(dim=1).tolist()  # rows to each rank
-        recv = incoming.view(world, -1).sum(dim=1).tolist()  # rows from each rank
+        # even split: n entries to each rank
+        dist.all_to_all_single(incoming, per_expert)
+        # rows to each rank
+        send = per_expert.view(world, -1).sum(dim=1).tolist()
+        # rows from each rank
+        recv = incoming.view(world, -1).sum(dim=1).tolist()
 
         # 2. the token copies travel to their experts' ranks: uneven splits
         rows = AllToAll.apply(x[token_of], recv, send)
         # --8<-- [end:dispatch]
 
         # --8<-- [start:compute]
-        # rows arrive grouped by source rank, then by expert inside each source's block
-        local_expert = torch.arange(len(self.experts), device=x.device).repeat(world)
+        # rows arrive grouped by source rank, then
+        # by expert inside each source's block
+        local_expert = torch.arange(len(self.experts), device=x.device).repeat(
+            world
+        )
         local_expert = local_expert.repeat_interleave(incoming)
         out = torch.zeros_like(rows)
         for i, expert in enumerate(self.experts):
             mine = (local_expert == i).nonzero().squeeze(1)
             out = out.index_copy(0, mine, expert(rows[mine]))
 
-        # 3. the results travel back, the reverse all-to-all, and are combined with the gates
+        # 3. the results travel back, the reverse
+        # all-to-all, and are combined with the gates
         back = AllToAll.apply(out, send, recv)
-        y = torch.zeros_like(x).index_add(0, token_of, back * gates.flatten()[order, None])
+        y = torch.zeros_like(x).index_add(
+            0, token_of, back * gates.flatten()[order, None]
+        )
         self.sent, self.received = send, recv
         return y, balance_loss(logits, expert_ids)
         # --8<-- [end:compute]
@@ -145,26 +178,40 @@ def run(device: torch.device) -> None:
     router = nn.Linear(DIM, N_EXPERTS, bias=False).to(device)
     experts = [make_expert().to(device) for _ in range(N_EXPERTS)]
     x_all = torch.randn(world * TOKENS, DIM, device=device)
-    w_all = torch.randn(world * TOKENS, DIM, device=device)  # a fixed projection: loss = sum(y * w)
+    # a fixed projection: loss = sum(y * w)
+    w_all = torch.randn(world * TOKENS, DIM, device=device)
 
-    # one process, every token and every expert; the balance loss per rank's tokens, as below
+    # one process, every token and every expert;
+    # the balance loss per rank's tokens, as below
     y_ref = moe_one_process(router, experts, x_all)
-    aux_ref = sum(balance_loss(router(x), route(router, x)[0]) for x in x_all.chunk(world))
+    aux_ref = sum(
+        balance_loss(router(x), route(router, x)[0]) for x in x_all.chunk(world)
+    )
     ((y_ref * w_all).sum() + AUX_WEIGHT * aux_ref).backward()
 
-    # expert parallel: own copies of the router and of this rank's experts, this rank's tokens
-    moe = ExpertParallelMoE(copy.deepcopy(router), copy.deepcopy(experts[rank * n : (rank + 1) * n]))
+    # expert parallel: own copies of the router and
+    # of this rank's experts, this rank's tokens
+    moe = ExpertParallelMoE(
+        copy.deepcopy(router), copy.deepcopy(experts[rank * n : (rank + 1) * n])
+    )
     x, w = x_all.chunk(world)[rank], w_all.chunk(world)[rank]
     y, aux = moe(x)
-    ((y * w).sum() + AUX_WEIGHT * aux).backward()  # gradients come back through the reverse all-to-all
+    # gradients come back through the reverse all-to-all
+    ((y * w).sum() + AUX_WEIGHT * aux).backward()
     for p in moe.router.parameters():
-        dist.all_reduce(p.grad)  # the router is replicated: sum its gradient over ranks, as DDP would
+        # the router is replicated: sum its gradient over ranks, as DDP would
+        dist.all_reduce(p.grad)
 
     ref_experts = nn.ModuleList(experts[rank * n : (rank + 1) * n])
     errors = torch.tensor(
         [
             max_diff(y, y_ref.chunk(world)[rank]),
-            max(max_diff(p.grad, q.grad) for p, q in zip(moe.experts.parameters(), ref_experts.parameters())),
+            max(
+                max_diff(p.grad, q.grad)
+                for p, q in zip(
+                    moe.experts.parameters(), ref_experts.parameters()
+                )
+            ),
             max_diff(moe.router.weight.grad, router.weight.grad),
         ],
         device=device,
@@ -173,21 +220,41 @@ def run(device: torch.device) -> None:
     assert torch.allclose(y, y_ref.chunk(world)[rank], rtol=1e-5, atol=1e-6)
     for p, q in zip(moe.experts.parameters(), ref_experts.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-6)
-    assert torch.allclose(moe.router.weight.grad, router.weight.grad, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(
+        moe.router.weight.grad, router.weight.grad, rtol=1e-5, atol=1e-6
+    )
     # --8<-- [end:check]
 
-    # the printout, in rank order: rows each rank sent and received, and its balance loss
+    # the printout, in rank order: rows each rank
+    # sent and received, and its balance loss
     every = [None] * world
     dist.all_gather_object(every, (moe.sent, moe.received, aux.item()))
     if rank == 0:
-        print(f"{N_EXPERTS} experts, {n} per rank; top-{TOP_K} routing of {TOKENS} tokens per rank")
+        print(
+            f"{N_EXPERTS} experts, {n} per rank; top-{TOP_K} routing of "
+            f"{TOKENS} tokens per rank"
+        )
         for r, (sent, received, _) in enumerate(every):
-            print(f"rank {r}: sends {sent} rows to ranks {list(range(world))}, receives {received}")
-        counts = torch.bincount(route(router, x_all)[0].flatten(), minlength=N_EXPERTS).tolist()
+            print(
+                f"rank {r}: sends {sent} rows to ranks "
+                f"{list(range(world))}, receives {received}"
+            )
+        counts = torch.bincount(
+            route(router, x_all)[0].flatten(), minlength=N_EXPERTS
+        ).tolist()
         print(f"rows per expert, all ranks together: {counts}")
-        print("balance loss per rank: " + ", ".join(f"{a:.3f}" for _, _, a in every) + " (1.000 when routing is even)")
-        for name, err in zip(("output", "expert gradients", "router gradient"), errors.tolist()):
-            print(f"{name}: max |expert parallel - one process| = {err:.1e} (rtol 1e-5, atol 1e-6)")
+        print(
+            "balance loss per rank: "
+            + ", ".join(f"{a:.3f}" for _, _, a in every)
+            + " (1.000 when routing is even)"
+        )
+        for name, err in zip(
+            ("output", "expert gradients", "router gradient"), errors.tolist()
+        ):
+            print(
+                f"{name}: max |expert parallel - one process| = "
+                f"{err:.1e} (rtol 1e-5, atol 1e-6)"
+            )
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The proof beside train_loop.py: its sampler, logging, evaluation and checkpoint functions do what the page says."""
+"""The proof beside train_loop.py: its sampler, logging,
+evaluation and checkpoint functions do what the page says."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/training/train_loop_check.py
 
 import math
@@ -7,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -25,9 +26,11 @@ from train_loop import (  # the template beside this file
 
 # --8<-- [start:sampler]
 def check_sampler() -> None:
-    """What DistributedSampler hands each rank: padding, drop_last and set_epoch."""
+    """What DistributedSampler hands each
+    rank: padding, drop_last and set_epoch."""
     world = dist.get_world_size()
-    dataset = TensorDataset(torch.arange(11))  # 11 samples: not divisible by 2 ranks
+    # 11 samples: not divisible by 2 ranks
+    dataset = TensorDataset(torch.arange(11))
 
     def shards(**kwargs) -> list[list[int]]:
         mine = list(DistributedSampler(dataset, shuffle=True, seed=0, **kwargs))
@@ -37,15 +40,18 @@ def check_sampler() -> None:
 
     padded = shards()  # drop_last=False, the default
     assert all(len(s) == math.ceil(11 / world) for s in padded)
-    assert set(sum(padded, [])) == set(range(11))  # all samples, some of them twice
+    # all samples, some of them twice
+    assert set(sum(padded, [])) == set(range(11))
     dropped = shards(drop_last=True)
     assert all(len(s) == 11 // world for s in dropped)
-    assert len(set(sum(dropped, []))) == 11 // world * world  # the tail is never seen
+    # the tail is never seen
+    assert len(set(sum(dropped, []))) == 11 // world * world
 
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)
     first, again = list(sampler), list(sampler)
     sampler.set_epoch(1)
-    assert first == again and list(sampler) != first  # no set_epoch: the same order every epoch
+    # no set_epoch: the same order every epoch
+    assert first == again and list(sampler) != first
 
 
 # --8<-- [end:sampler]
@@ -57,34 +63,52 @@ def assert_replicas_equal(model: nn.Module) -> None:
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     replicas = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(replicas, flat)
-    assert all(torch.equal(replicas[0], r) for r in replicas), "replicas diverged"
+    assert all(torch.equal(replicas[0], r) for r in replicas), (
+        "replicas diverged"
+    )
 
 
 def flat_state(module: nn.Module) -> torch.Tensor:
-    """Parameters and buffers (BatchNorm's running statistics too) in one tensor."""
-    return torch.cat([t.detach().flatten().double() for t in module.state_dict().values()])
+    """Parameters and buffers (BatchNorm's
+    running statistics too) in one tensor."""
+    return torch.cat(
+        [t.detach().flatten().double() for t in module.state_dict().values()]
+    )
 
 
-def check_evaluation(model: nn.Module, eval_data: TensorDataset, device: torch.device) -> None:
-    """Right after training each rank's BatchNorm statistics differ; both evaluation patterns still agree."""
+def check_evaluation(
+    model: nn.Module, eval_data: TensorDataset, device: torch.device
+) -> None:
+    """Right after training each rank's BatchNorm statistics
+    differ; both evaluation patterns still agree."""
     mean = model.module[1].running_mean
     means = [torch.empty_like(mean) for _ in range(dist.get_world_size())]
     dist.all_gather(means, mean)
-    assert not torch.equal(means[0], means[1])  # each rank's last batch updated its own BatchNorm copy
+    # each rank's last batch updated its own BatchNorm copy
+    assert not torch.equal(means[0], means[1])
     on_rank0 = None
-    if dist.get_rank() == 0:  # pattern 1: rank 0 alone, on model.module (never on the DDP wrapper)
+    # pattern 1: rank 0 alone, on model.module (never on the DDP wrapper)
+    if dist.get_rank() == 0:
         stats = squared_error(model.module, eval_data, device)
         on_rank0 = (stats[0] / stats[1]).item()
-    sharded = evaluate_sharded(model.module, eval_data, device)  # pattern 2: all ranks
+    # pattern 2: all ranks
+    sharded = evaluate_sharded(model.module, eval_data, device)
     if dist.get_rank() == 0:
         assert abs(on_rank0 - sharded) < 1e-5 * on_rank0
-        print(f"eval mse: rank 0 alone {on_rank0:.5f}, sharded + all_reduce {sharded:.5f}")
+        print(
+            f"eval mse: rank 0 alone {on_rank0:.5f}, sharded + "
+            f"all_reduce {sharded:.5f}"
+        )
 
 
 def run(device: torch.device) -> None:
     check_sampler()
     train_data, eval_data = make_data()
-    loader = DataLoader(train_data, batch_size=16, sampler=DistributedSampler(train_data, seed=0))
+    loader = DataLoader(
+        train_data,
+        batch_size=16,
+        sampler=DistributedSampler(train_data, seed=0),
+    )
 
     def new_run(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
         model = make_model(device, seed)
@@ -99,30 +123,38 @@ def run(device: torch.device) -> None:
     check_evaluation(model, eval_data, device)
 
     box = [tempfile.mkdtemp() if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(box, src=0)  # one path for all ranks (multi-node: shared storage)
+    # one path for all ranks (multi-node: shared storage)
+    dist.broadcast_object_list(box, src=0)
     path = Path(box[0]) / "checkpoint.pt"
     save_checkpoint(path, model, optimizer, epoch=1)
     saved = flat_state(model.module)
     dist.broadcast(saved, src=0)  # what rank 0 wrote
 
-    model, optimizer = new_run(seed=1)  # a fresh process would start like this: other weights
+    # a fresh process would start like this: other weights
+    model, optimizer = new_run(seed=1)
     start = load_checkpoint(path, model, optimizer, device)
-    assert start == 2 and torch.equal(flat_state(model.module), saved)  # rank 0's state, on every rank
+    # rank 0's state, on every rank
+    assert start == 2 and torch.equal(flat_state(model.module), saved)
     fit(model, optimizer, loader, range(start, 4), device)
-    assert torch.equal(flat_state(model.module), uninterrupted)  # resumed == never stopped, bit for bit
+    # resumed == never stopped, bit for bit
+    assert torch.equal(flat_state(model.module), uninterrupted)
     assert_replicas_equal(model.module)
     dist.barrier()
     if dist.get_rank() == 0:
         os.remove(path)
         os.rmdir(path.parent)
-        print("checkpoint loaded on every rank; resumed run equals the uninterrupted one")
+        print(
+            "checkpoint loaded on every rank; resumed run equals the "
+            "uninterrupted one"
+        )
 
 
 # same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:
-        run(device)  # every DDP model lives and dies in here, before the group goes
+        # every DDP model lives and dies in here, before the group goes
+        run(device)
     finally:
         dist.destroy_process_group()
 

@@ -1,11 +1,12 @@
-"""Parameters unused in some steps: the error without find_unused_parameters, and static_graph."""
+"""Parameters unused in some steps: the error
+without find_unused_parameters, and static_graph."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/training/unused_params.py
 # output-excerpt: error ^(?:Expected to have finished| In addition)
 
 import os
 
 import torch
-import torch._dynamo  # before init_process_group, not later: see the debugging page
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -13,11 +14,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 # same as snippets/ddp/train_torchrun.py:setup
 def setup() -> torch.device:
-    """Join the process group: NCCL with one GPU per rank if there are enough GPUs, else gloo on CPU."""
+    """Join the process group: NCCL and one GPU per rank, else gloo on CPU."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init: else every rank also allocates on GPU 0
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
@@ -31,7 +33,11 @@ class TwoPath(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.trunk, self.extra, self.head = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 1)
+        self.trunk, self.extra, self.head = (
+            nn.Linear(8, 8),
+            nn.Linear(8, 8),
+            nn.Linear(8, 1),
+        )
 
     def forward(self, x: torch.Tensor, use_extra: bool) -> torch.Tensor:
         x = torch.relu(self.trunk(x))
@@ -45,11 +51,13 @@ class TwoPath(nn.Module):
 
 def wrap(device: torch.device, **ddp_kwargs) -> DDP:
     ids = [device.index] if device.type == "cuda" else None
-    return DDP(TwoPath().to(device), device_ids=ids, **ddp_kwargs)  # rank 0's weights everywhere
+    # rank 0's weights everywhere
+    return DDP(TwoPath().to(device), device_ids=ids, **ddp_kwargs)
 
 
 def step(model: DDP, device: torch.device, use_extra: bool) -> None:
-    x = torch.randn(16, 8, device=device)  # a different batch on each rank (seeds differ below)
+    # a different batch on each rank (seeds differ below)
+    x = torch.randn(16, 8, device=device)
     model(x, use_extra).square().mean().backward()
 
 
@@ -65,15 +73,19 @@ def assert_replicas_equal(model: nn.Module) -> None:
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     replicas = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(replicas, flat)
-    assert all(torch.equal(replicas[0], r) for r in replicas), "replicas diverged"
+    assert all(torch.equal(replicas[0], r) for r in replicas), (
+        "replicas diverged"
+    )
 
 
 # --8<-- [start:error]
 def without_find_unused(device: torch.device) -> str:
     model = wrap(device)
     step(model, device, use_extra=True)
-    step(model, device, use_extra=False)  # `extra` gets no gradient: its bucket is never all-reduced
-    assert differs_across_ranks(model.module.trunk.weight.grad)  # no error yet, and no sync either
+    # `extra` gets no gradient: its bucket is never all-reduced
+    step(model, device, use_extra=False)
+    # no error yet, and no sync either
+    assert differs_across_ranks(model.module.trunk.weight.grad)
     try:
         step(model, device, use_extra=True)  # the next forward notices
     except RuntimeError as error:
@@ -95,9 +107,11 @@ def train(model: DDP, device: torch.device, schedule: list[bool]) -> None:
 
 
 def with_fixes(device: torch.device) -> None:
-    varying = wrap(device, find_unused_parameters=True)  # walks the autograd graph after every forward
+    # walks the autograd graph after every forward
+    varying = wrap(device, find_unused_parameters=True)
     train(varying, device, [True, False, True, False])
-    fixed = wrap(device, static_graph=True)  # the same unused set every step: learned once, in step 1
+    # the same unused set every step: learned once, in step 1
+    fixed = wrap(device, static_graph=True)
     train(fixed, device, [False] * 4)
     assert fixed.module.extra.weight.grad is None  # never used, never reduced
 
@@ -108,15 +122,21 @@ def with_fixes(device: torch.device) -> None:
 def main() -> None:
     device = setup()
     try:
-        torch.manual_seed(dist.get_rank())  # different data per rank, as with a real sampler
+        # different data per rank, as with a real sampler
+        torch.manual_seed(dist.get_rank())
         message = without_find_unused(device)
         if dist.get_rank() == 0:
             print(message)
-        assert message.startswith("Expected to have finished reduction in the prior iteration")
+        assert message.startswith(
+            "Expected to have finished reduction in the prior iteration"
+        )
         assert "find_unused_parameters=True" in message
         with_fixes(device)
         if dist.get_rank() == 0:
-            print("find_unused_parameters=True and static_graph=True: trained, replicas identical")
+            print(
+                "find_unused_parameters=True and static_graph=True: "
+                "trained, replicas identical"
+            )
     finally:
         dist.destroy_process_group()
 

@@ -1,4 +1,5 @@
-"""Data parallelism rests on one fact: averaging per-shard gradients gives the full-batch gradient."""
+"""Data parallelism rests on one fact: averaging
+per-shard gradients gives the full-batch gradient."""
 # launch: python snippets/why/gradient_average.py
 
 # --8<-- [start:setup]
@@ -39,14 +40,17 @@ summed = [torch.stack(g).sum(dim=0) for g in zip(*local)]  # sum, not divided
 
 for a, f, s in zip(averaged, full, summed):
     torch.testing.assert_close(a, f)  # average == full-batch gradient
-    torch.testing.assert_close(s, world_size * f)  # a sum is world_size times too big
+    # a sum is world_size times too big
+    torch.testing.assert_close(s, world_size * f)
 print(f"{world_size} shards: averaged gradients == full-batch gradients")
 # --8<-- [end:average]
 
 # --8<-- [start:batchnorm]
 # The equality needs each sample's loss to depend on that sample only.
 # BatchNorm mixes samples: every shard computes its own mean and variance.
-bn_model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
+bn_model = nn.Sequential(
+    nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1)
+)
 bn_full = grads(bn_model, x, y)
 bn_avg = [torch.stack(g).mean(dim=0) for g in zip(*per_replica_grads(bn_model))]
 gap = max((a - f).abs().max().item() for a, f in zip(bn_avg, bn_full))
