@@ -67,7 +67,7 @@ def test_every_program_is_offered_whole_once(built_site, lang, name):
 # One program per kind: a plain `python` launch, and a torchrun launch that imports a helper from its folder.
 RUN_IN_BROWSER = [
     ("ko", "security.md", "snippets/security/weights_only.py"),
-    ("en", "ddp.md", "snippets/ddp/train_spawn.py"),  # with the sibling it imports, from the block's download link
+    ("en", "training-loop.md", "snippets/training/train_loop_check.py"),  # with the template it imports
 ]
 
 
