@@ -1,4 +1,5 @@
-"""Code that fits: on a desktop (1280×800) no code block scrolls sideways, on any page, in either language.
+"""Code that fits: on a desktop (1280×800) no code block scrolls sideways, on any page, in either language; and
+Korean text breaks lines between words, never inside one (docs/stylesheets/extra.css: keep-all).
 
 A block in the content column shows 80 characters at 1280 px (Material's code font, 13.6 px, in DejaVu Sans Mono,
 the widest of the monospace fonts readers get: Menlo has its metrics, SF Mono and Consolas are narrower), so
@@ -51,6 +52,25 @@ MEASURE = """() => [...document.querySelectorAll(".md-content pre")].map((pre, i
 })"""
 
 
+# Hangul words (two syllables or more) of the prose whose letters sit on more than one line: broken mid-word.
+BROKEN_WORDS = """() => {
+    const skip = "pre, code, script, style, .md-annotation__index, .headerlink";
+    const walker = document.createTreeWalker(document.querySelector(".md-content"), NodeFilter.SHOW_TEXT, {
+        acceptNode: (node) => node.parentElement.closest(skip) ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT,
+    });
+    const range = document.createRange(), broken = [];
+    for (let node; (node = walker.nextNode()); ) {
+        for (const word of node.data.matchAll(/[\uac00-\ud7a3]{2,}/g)) {
+            range.setStart(node, word.index);
+            range.setEnd(node, word.index + word[0].length);
+            const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+            if (lines.size > 1) broken.push(word[0]);
+        }
+    }
+    return broken;
+}"""
+
+
 @pytest.fixture(scope="module")
 def desktop(browser):
     context = browser.new_context(viewport=DESKTOP, service_workers="block")
@@ -62,9 +82,12 @@ def desktop(browser):
 @pytest.mark.browser
 @pytest.mark.parametrize("lang", LANGS)
 def test_no_code_block_scrolls_sideways_on_a_desktop(desktop, base_url, lang):
-    overflowing, measured = [], 0
+    """One page load per page: the code blocks' widths, and (Korean) words broken across lines."""
+    overflowing, measured, broken = [], 0, []
     for name in sorted(page_files(lang)):
         desktop.goto(f"{base_url}/{url_path(lang, name)}", wait_until="load")
+        if lang == "ko":
+            broken += [f"{name}: {word}" for word in desktop.evaluate(BROKEN_WORDS)]
         desktop.evaluate(REVEAL)
         blocks = desktop.evaluate(MEASURE)
         measured += sum(b["width"] > 0 for b in blocks)
@@ -76,6 +99,7 @@ def test_no_code_block_scrolls_sideways_on_a_desktop(desktop, base_url, lang):
         ]
     assert measured > 300, f"only {measured} code blocks measured: did the page structure change?"
     assert not overflowing, f"{len(overflowing)} code blocks scroll sideways at 1280 px:\n" + "\n".join(overflowing)
+    assert not broken, f"{len(broken)} Korean words broken across lines at 1280 px:\n" + "\n".join(broken[:40])
 
 
 def columns(line: str) -> int:
