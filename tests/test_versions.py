@@ -14,10 +14,12 @@ from guidekit.pages import LANGS, pages
 
 FLOOR = re.search(r'"torch>=([0-9.]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))[1]
 VERSION = re.compile(r"(?:torch|PyTorch|파이토치)\s*v?(2\.\d+)(?:\.\d+)?(?![\d.]*\+)", re.IGNORECASE)
-# Words that make a version part of a history ("since 2.6"), not a claim about today's torch.
+# Words that make a version part of a history ("since 2.6") or a dated observation ("observed on 2.14.1"), not a
+# claim about today's torch.
 HISTORY = re.compile(
     r"since|from|until|up to|before|after|older|earlier|later|newer|introduced|added|removed|changed|fixed|deprecat"
-    r"|moved|renamed|default(?:s|ed)? (?:to|from)|released|부터|까지|이전|이후|전에는|예전|추가|도입|제거|바뀌|바꾸|고쳐|폐기|옮겨|기본값이 되",
+    r"|moved|renamed|default(?:s|ed)? (?:to|from)|released|observed|checked|measured|reproduced|saw|found"
+    r"|관찰|확인|측정|재현|부터|까지|이전|이후|전에는|예전|추가|도입|제거|바뀌|바꾸|고쳐|폐기|옮겨|기본값이 되",
     re.IGNORECASE,
 )
 
@@ -52,6 +54,9 @@ def stale(text: str, ok: set[tuple[int, int]]) -> list[tuple[int, str]]:
     newest = max(ok)
     found = []
     for number, sentence in sentences(text):
+        named = {minor(v) for v in re.findall(r"(?<![\d.])(2\.\d+)(?:\.\d+)?(?!\d)", sentence)}
+        if named & ok:  # "checked on 2.10, 2.14 and 2.15": a list with a tested version is an observation
+            continue
         for match in VERSION.finditer(sentence):
             version = minor(match[1])
             if minor(FLOOR) < version <= newest and version not in ok and not HISTORY.search(sentence):
@@ -76,5 +81,6 @@ def test_a_stale_version_is_caught_and_history_is_not():
     assert stale("On torch 2.13 the store listens on every address.", ok) == [(1, "torch 2.13")]
     assert stale("torch 2.13의 TCPStore는 모든 주소에서 기다립니다.", ok) == [(1, "torch 2.13")]
     assert stale("Deprecated since torch 2.13. On torch 2.15 it warns.", ok) == []
+    assert stale("The same on torch 2.14 and 2.15.", ok) == []
     assert stale("PyTorch 2.6부터 기본값입니다.", ok) == []  # before the floor: history
     assert stale("```\ntorch 2.13\n```", ok) == []
