@@ -89,7 +89,7 @@ SAME_AS = [
     ("디바이스", "장치"),
 ]
 # (compound, a long-standing page that writes its words apart)
-COMPOUNDS = [("활성값체크포인팅", "glossary.md"), ("프로세스그룹", "ddp.md"), ("분산학습", "glossary.md")]
+COMPOUNDS = [("활성값체크포인팅", "large-models/memory.md"), ("프로세스그룹", "ddp.md"), ("분산학습", "glossary.md")]
 
 
 @pytest.fixture(scope="module")
