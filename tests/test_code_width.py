@@ -52,19 +52,30 @@ MEASURE = """() => [...document.querySelectorAll(".md-content pre")].map((pre, i
 })"""
 
 
-# Hangul words (two syllables or more) of the prose whose letters sit on more than one line: broken mid-word.
+# Words of Korean prose (spaces delimit them) whose letters sit on more than one line though they fit their box.
 BROKEN_WORDS = """() => {
     const skip = "pre, code, script, style, .md-annotation__index, .headerlink";
     const walker = document.createTreeWalker(document.querySelector(".md-content"), NodeFilter.SHOW_TEXT, {
         acceptNode: (node) => node.parentElement.closest(skip) ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT,
     });
     const range = document.createRange(), broken = [];
+    const rects = (start, end) => {
+        range.setStart(walker.currentNode, start);
+        range.setEnd(walker.currentNode, end);
+        return [...range.getClientRects()].filter((r) => r.width > 0);
+    };
     for (let node; (node = walker.nextNode()); ) {
-        for (const word of node.data.matchAll(/[\uac00-\ud7a3]{2,}/g)) {
-            range.setStart(node, word.index);
-            range.setEnd(node, word.index + word[0].length);
-            const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
-            if (lines.size > 1) broken.push(word[0]);
+        const box = node.parentElement.closest("td, th, li, p, h1, h2, h3, h4, summary, div");
+        const style = getComputedStyle(box);
+        const room = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+        // a word is what spaces delimit (keep-all keeps "FSDP2·텐서" whole); only a break between two syllables counts
+        for (const word of node.data.matchAll(/\\S+/g)) {
+            const wide = rects(word.index, word.index + word[0].length).reduce((sum, r) => sum + r.width, 0);
+            for (const run of word[0].matchAll(/[\\uac00-\\ud7a3]{2,}/g)) {
+                const start = word.index + run.index;
+                const lines = new Set(rects(start, start + run[0].length).map((r) => Math.round(r.top)));
+                if (lines.size > 1 && wide < room) broken.push(run[0] + " in <" + box.tagName.toLowerCase() + ">");
+            }
         }
     }
     return broken;
