@@ -163,3 +163,24 @@ def test_each_language_has_its_own_search_index(built_site):
             base = re.search(r'"base": "([^"]*)"', built_page(built_site, lang, name).read_text(encoding="utf-8"))[1]
             resolved = (built_page(built_site, lang, name).parent / base).resolve()
             assert resolved == root.resolve(), f"{lang}/{name}: search base {base} is not {lang}'s root"
+
+
+ASSET = re.compile(r'(?:href|src)="(?P<path>[^":]+\.(?:css|js))(?:\?[^"]*)?"')
+OWN_ASSETS = ("javascripts/", "stylesheets/")  # the site's own scripts and styles (docs/), not Material's bundle
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_page_loads_only_the_scripts_and_styles_it_uses(built_site, lang):
+    """Page weight: the calculators' script and style (about 48 KB, a seventh of a page's transfer) load on the
+    calculators page only (theme/overrides/main.html), and every own asset a page names exists."""
+    for name in page_files(lang):
+        page = built_page(built_site, lang, name)
+        named = {m["path"] for m in ASSET.finditer(page.read_text(encoding="utf-8"))}
+        own = {path for path in named if path.lstrip("./").startswith(OWN_ASSETS)}
+        for path in own:
+            assert (page.parent / path).resolve().is_file(), f"{lang}/{name} names {path}, which was not built"
+        calculators = {path for path in own if Path(path).stem == "calculators"}
+        if Path(name).stem == "calculators":
+            assert len(calculators) == 2, f"{lang}/{name} misses the calculators' script or style: {sorted(own)}"
+        else:
+            assert not calculators, f"{lang}/{name} loads {sorted(calculators)}, which only the calculators use"

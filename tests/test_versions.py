@@ -28,7 +28,7 @@ def minor(version: str) -> tuple[int, int]:
     return tuple(int(part) for part in version.split(".")[:2])
 
 
-def tested() -> set[tuple[int, int]]:
+def versions_checked() -> set[tuple[int, int]]:
     manifest = json.loads((ROOT / "recordings" / "manifest.json").read_text(encoding="utf-8"))
     recorded = {entry["torch"] for runs in manifest.values() for entry in runs.values() if "torch" in entry}
     return {minor(FLOOR), *map(minor, recorded)}
@@ -66,7 +66,7 @@ def stale(text: str, ok: set[tuple[int, int]]) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_pages_name_only_tested_versions(lang):
-    ok = tested()
+    ok = versions_checked()
     problems = [
         f"docs/{lang}/{name}:{number}: {words!r}"
         for name in pages(lang)

@@ -1,7 +1,8 @@
 // What the rendered page needs for keyboards and screen readers (WCAG 2.1 A/AA; tests/test_accessibility.py runs
 // axe-core on every page):
 // - a box that scrolls and holds nothing focusable (a wide table on a phone, a notebook cell, a calculator's script)
-//   takes keyboard focus, so arrow keys can scroll it (WCAG 2.1.1). Material does this for its code blocks only;
+//   takes keyboard focus, so arrow keys can scroll it (WCAG 2.1.1). Material does this for its code blocks only, and
+//   not on devices without hover (phones, where a keyboard can still be attached);
 // - a code annotation's marker, a link with no text of its own, is named "Annotation 1" (WCAG 2.4.4, 4.1.2);
 // - a task list's checkbox is named by its item's text (WCAG 4.1.2).
 // Material adds tables' scroll wrappers and annotation markers after load, and the calculators rewrite their results:
@@ -22,9 +23,9 @@
   function focusScrollers() {
     for (const el of document.querySelectorAll(SCROLLERS)) {
       const ours = el.hasAttribute(MARK);
-      if (el.hasAttribute("tabindex") && !ours) continue; // Material's code blocks manage their own
+      if (el.hasAttribute("tabindex") && !ours) continue; // Material's code blocks, where it makes them focusable
       if (scrolls(el) && !el.querySelector(FOCUSABLE)) {
-        if (!ours) el.setAttribute(MARK, ""), (el.tabIndex = 0);
+        if (el.getAttribute("tabindex") !== "0") el.setAttribute(MARK, ""), el.setAttribute("tabindex", "0");
       } else if (ours) {
         el.removeAttribute(MARK), el.removeAttribute("tabindex");
       }
@@ -59,6 +60,7 @@
   }
 
   addEventListener("resize", schedule);
-  new MutationObserver(schedule).observe(document.body, { childList: true, subtree: true });
+  // Material takes the focus off a code block on devices without hover (phones): give it back
+  new MutationObserver(schedule).observe(document.body, { childList: true, subtree: true, attributeFilter: ["tabindex"] });
   schedule();
 })();
