@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -64,8 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     steps = {}
     record = ["--no-output-check"] if args.dry_run else ["--record-output"]
+    # programs that use GPUs run one at a time (guidekit/schedule.py), the ones on CPUs beside them: a process of a
+    # worker for every three cores (a CPU program's ranks and launcher keep about three busy)
+    workers = str(max(3, (os.cpu_count() or 1) // 3))
     steps["programs"] = run(
-        [sys.executable, "-m", "pytest", "snippets", "-p", "no:cacheprovider", "-rs", "-q", *record],
+        [sys.executable, "-m", "pytest", "snippets", "-n", workers, "-p", "no:cacheprovider", "-rs", "-q", *record],
         out / "pytest.log",
         args.timeout,
     )

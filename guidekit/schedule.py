@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from guidekit import ROOT
 from guidekit.machine import cuda_devices, platform
+from guidekit.spec import parse_spec
 
 DURATIONS = "tests/durations.json"  # under the run's root: seconds per scope of the last `make durations` run
 
@@ -28,11 +30,19 @@ def pytest_addoption(parser):
 
 
 def scope_of(nodeid: str) -> str:
-    """The unit of scheduling: a snippet on CPUs, all snippets together where they share GPUs, else a test module."""
+    """The unit of scheduling: a test module, or a snippet of its own; the snippets that will use GPUs all share one
+    scope, so they run one at a time. A program uses GPUs when it requires them or when every one of its ranks can
+    have a GPU of its own (its setup() then picks NCCL); with more ranks than GPUs it runs on CPUs with gloo, and
+    runs beside the others (a GPU box's CPU cores are many)."""
     path = nodeid.split("::")[0]
-    if path.startswith("snippets/"):
-        return "gpus" if cuda_devices() else nodeid
-    return path
+    if not path.startswith("snippets/"):
+        return path
+    devices = cuda_devices()
+    if devices:
+        spec = parse_spec(ROOT / path)
+        if spec.gpus or spec.world_size <= devices:
+            return "gpus"
+    return nodeid
 
 
 def recorded_seconds(root: Path) -> dict[str, float]:

@@ -24,11 +24,22 @@ def test_on_cpus_every_program_is_a_scope_of_its_own(gpus):
 
 
 @pytest.mark.parametrize("n", [1, 2, 8])
-def test_where_programs_would_share_gpus_they_run_one_at_a_time(gpus, n):
-    """With any GPU present, two programs side by side could put NCCL ranks on one device: one scope for all."""
+def test_programs_that_would_use_gpus_run_one_at_a_time(gpus, n):
+    """Programs whose ranks each get a GPU (or that require one) share one scope: side by side, two of them could
+    put ranks on one device. Programs with more ranks than GPUs run on CPUs with gloo, each a scope of its own."""
     gpus(n)
-    scopes = {schedule.scope_of(f"snippets/{p}.py::{p.split('/')[1]}") for p in ("ddp/train_spawn", "launch/two_nodes")}
-    assert scopes == {"gpus"}
+    programs = {  # ranks
+        "data_parallel/basic": 1,
+        "ddp/train_spawn": 2,
+        "launch/two_nodes": 2,
+        "debugging/flight_recorder": 3,
+        "large_models/mesh_fsdp_tp": 4,
+    }
+    for program, ranks in programs.items():
+        nodeid = f"snippets/{program}.py::{program.split('/')[1]}"
+        assert schedule.scope_of(nodeid) == ("gpus" if ranks <= n else nodeid), (program, ranks, n)
+    required = "snippets/practices/amp_fp16_cuda.py::amp_fp16_cuda"  # requires: cuda
+    assert schedule.scope_of(required) == "gpus"
     assert schedule.scope_of("tests/test_site.py::test_x") == "tests/test_site.py"
 
 
