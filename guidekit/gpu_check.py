@@ -7,6 +7,7 @@
 
     python -m guidekit.gpu_check --out DIR          (on the GPU machine; make gpu-check OUT=DIR)
     python -m guidekit.gpu_check --out DIR --dry-run (anywhere: the same steps, tiny benchmark, nothing recorded)
+    python -m guidekit.gpu_check --out DIR --dry-run --programs snippets/why snippets/ddp  (a few programs only)
 
 Everything it writes is under DIR: `recordings/` (a copy of the tree to commit), `benchmark/<gpu>.json|.txt`,
 `pytest.log`, `nvidia-smi.txt`, `summary.json`. It returns non-zero when a step failed, after finishing the others.
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the folder to gather everything in")
     parser.add_argument("--dry-run", action="store_true", help="tiny benchmark, outputs neither recorded nor compared")
     parser.add_argument("--timeout", type=float, default=420, help="seconds for the programs (default 420)")
+    parser.add_argument(
+        "--programs", nargs="+", default=["snippets"], help="what pytest runs (default: snippets, every program)"
+    )
     args = parser.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     # worker for every three cores (a CPU program's ranks and launcher keep about three busy)
     workers = str(max(3, (os.cpu_count() or 1) // 3))
     steps["programs"] = run(
-        [sys.executable, "-m", "pytest", "snippets", "-n", workers, "-p", "no:cacheprovider", "-rs", "-q", *record],
+        [sys.executable, "-m", "pytest", *args.programs, "-n", workers, "-p", "no:cacheprovider", "-rs", "-q", *record],
         out / "pytest.log",
         args.timeout,
     )

@@ -100,9 +100,11 @@ def test_page_loads_offline_without_errors(reader_tab, base_url, lang, name):
     v = reader_tab
     v.forget()
     index = f"{base_url}/{url_path(lang, 'index.md')}search/search_index.json"
-    # Material's bundle fetches the index once it runs, which can be after the network first goes idle
+    # The index is the last request of a page: Material's bundle starts the search worker once it runs, and the
+    # worker fetches it (images and styles come before the load event; fonts are the system's)
     with v.page.expect_request_finished(lambda request: request.url == index):
-        page = v.open(url_of(base_url, lang, name))
+        v.page.goto(url_of(base_url, lang, name), wait_until="load")
+    page = v.page
     assert page.locator("html").get_attribute("lang") == lang
     assert not v.outside, f"requests leaving 127.0.0.1: {v.outside}"
     assert not v.errors, f"console errors: {v.errors}"

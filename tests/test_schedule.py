@@ -1,6 +1,8 @@
 """Decisions the machinery makes from the machine, with the device count faked: where programs may share GPUs, and
 what the manifest says a run used."""
 
+import json
+
 import pytest
 
 from guidekit import machine, runner, schedule
@@ -91,3 +93,29 @@ def test_simulated_nodes_never_share_a_gpu(gpus, nodes, per_node, expected):
     assert visible == expected
     used = [gpu for v in visible if v for gpu in v.split(",")]
     assert len(used) == len(set(used)), "two nodes see the same GPU"
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_gpu_check_runs_every_program_then_the_benchmark_and_gathers_them(gpus, monkeypatch, tmp_path, dry_run):
+    """`make gpu-check`'s steps, their commands only (the steps themselves run on the GPU machine): every program,
+    several at a time, recorded unless a dry run; the benchmark's full sweep unless a dry run; the recordings copied
+    into the folder to commit."""
+    from guidekit import gpu_check
+
+    gpus(0)
+    commands = []
+
+    def run(cmd, log, timeout):
+        commands.append(cmd)
+        return {"command": " ".join(cmd), "exit": 0, "seconds": 0.0, "log": log.name}
+
+    monkeypatch.setattr(gpu_check, "run", run)
+    monkeypatch.setattr(gpu_check, "gpu_label", lambda: "cpu")
+    out = tmp_path / "gpu-check"
+    assert gpu_check.main(["--out", str(out), *(["--dry-run"] if dry_run else [])]) == 0
+    programs, benchmark = commands
+    assert programs[programs.index("pytest") + 1] == "snippets" and "-n" in programs
+    assert ("--no-output-check" in programs) == dry_run and ("--record-output" in programs) != dry_run
+    assert benchmark[1].endswith("snippets/benchmark/ddp_benchmark.py") and ("--full" in benchmark) != dry_run
+    assert (out / "recordings" / "manifest.json").is_file() != dry_run
+    assert json.loads((out / "summary.json").read_text())["steps"].keys() == {"programs", "benchmark"}
