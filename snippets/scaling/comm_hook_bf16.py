@@ -161,9 +161,11 @@ def run(device: torch.device) -> None:
             )
 
 
+# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:
+        # every DDP model lives and dies in here, before the group goes
         run(device)
     finally:
         dist.destroy_process_group()
