@@ -1,11 +1,17 @@
 """Activation checkpointing under DDP: the same gradients, a fraction of the
 activations saved for backward, one more forward per block. Selective
-checkpointing keeps the matmuls and recomputes the rest."""
+checkpointing keeps the matmuls and recomputes the rest. Reentrant
+checkpointing stops DDP with "Expected to mark a variable ready only once",
+in its two usual forms; non-reentrant checkpointing or DDP's static graph
+fixes both."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/checkpoint_ddp.py
+# output-excerpt: table ^(?:DDP|full:)
+# output-excerpt: reentrant ^(?:reentrant|fixed)
 
 import functools
 import inspect
 import os
+import textwrap
 
 import torch
 import torch._dynamo  # before init_process_group: see the debugging page
@@ -107,22 +113,30 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
+    """`checkpointing`: "none", "full", "selective", or "reentrant" (full, the
+    old implementation); `shared`: run the last block twice, as models that
+    share layers do."""
+
     def __init__(
-        self, vocab=256, hidden=64, heads=4, layers=4, checkpointing="none"
-    ):
+        self, vocab=256, hidden=64, heads=4, layers=4, checkpointing="none",
+        shared=False,
+    ):  # fmt: skip
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
         self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, vocab, bias=False)
-        self.checkpointing = checkpointing  # "none", "full" or "selective"
+        self.checkpointing, self.shared = checkpointing, shared
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
-        for block in self.blocks:
+        blocks = [*self.blocks, self.blocks[-1]] if self.shared else self.blocks
+        for block in blocks:
             if self.checkpointing == "full":
                 # keep only the block's input; rerun its forward in backward
                 x = checkpoint(block, x, use_reentrant=False)
+            elif self.checkpointing == "reentrant":  # breaks DDP: see below
+                x = checkpoint(block, x, use_reentrant=True)
             elif self.checkpointing == "selective":
                 x = selective_checkpoint(block, x)
             else:
@@ -164,12 +178,13 @@ class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
 
 
 # --8<-- [start:step]
-def train_step(mode: str, ids, targets, device) -> tuple:
-    """One DDP step: the bytes saved for backward, the FLOPs, the gradients."""
+def train_step(ids, targets, device, model_options: dict, **ddp_options):
+    """One DDP step of a fresh TinyLM: the bytes saved for backward, the
+    FLOPs, the gradients."""
     torch.manual_seed(0)  # the same initial weights for every variant
-    model = TinyLM(checkpointing=mode).to(device)
+    model = TinyLM(**model_options).to(device)
     device_ids = [device.index] if device.type == "cuda" else None
-    ddp = DDP(model, device_ids=device_ids)
+    ddp = DDP(model, device_ids=device_ids, **ddp_options)
     with FlopCounterMode(display=False) as flops:
         with SavedBytes() as saved:
             logits = ddp(ids)
@@ -182,6 +197,17 @@ def train_step(mode: str, ids, targets, device) -> tuple:
 # --8<-- [end:step]
 
 
+def first_lines(error: Exception) -> str:
+    """The message's first sentence and the one that names the parameter,
+    wrapped to fit."""
+    lines = str(error).splitlines()
+    named = [line for line in lines if line.startswith("Parameter at index")]
+    sentences = [line.split(". ")[0] + "." for line in lines[:1] + named]
+    return "\n".join(
+        textwrap.fill(x, 76, subsequent_indent="  ") for x in sentences
+    )
+
+
 def run(device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
@@ -189,10 +215,14 @@ def run(device: torch.device) -> None:
     targets = torch.randint(256, (4 * world, 64), device=device)
     ids = ids.chunk(world)[rank].clone()  # this rank's 4 sequences
     targets = targets.chunk(world)[rank].clone()
+    show = print if rank == 0 else (lambda *args, **kwargs: None)
 
     # --8<-- [start:compare]
     modes = ("none", "full", "selective")
-    runs = {mode: train_step(mode, ids, targets, device) for mode in modes}
+    runs = {
+        mode: train_step(ids, targets, device, dict(checkpointing=mode))
+        for mode in modes
+    }
     saved, flops, grads = runs["none"]
     # bit-identical on CPU: the recomputation is exact; a GPU's attention
     # backward may add in a different order
@@ -213,24 +243,64 @@ def run(device: torch.device) -> None:
         assert full_saved < selective_saved < saved
     # --8<-- [end:compare]
 
-    if rank == 0:
-        print(
-            f"DDP, {world} ranks; TinyLM, 4 blocks; {ids.numel()} tokens a rank"
-        )
-        print(f"{'checkpointing':14}{'saved for backward':>20}", end="")
-        print(f"{'FLOPs':>16}{'max |Δ grad|':>15}")
-        for mode, (nbytes, count, _) in runs.items():
-            visible = mode != "selective" or HOOKS_SEE_SAC
-            shown = f"{nbytes:,} B" if visible else "(not visible)"
-            print(f"{mode:14}{shown:>20}{count:>16,}{diffs[mode]:>15.3g}")
-        print(f"full: {saved / full_saved:.1f}× fewer bytes saved, ", end="")
-        print(f"{full_flops / flops:.3f}× the FLOPs")
+    show(f"DDP, {world} ranks; TinyLM, 4 blocks; {ids.numel()} tokens a rank")
+    show(f"{'checkpointing':14}{'saved for backward':>20}", end="")
+    show(f"{'FLOPs':>16}{'max |Δ grad|':>15}")
+    for mode, (nbytes, count, _) in runs.items():
+        visible = mode != "selective" or HOOKS_SEE_SAC
+        shown = f"{nbytes:,} B" if visible else "(not visible)"
+        show(f"{mode:14}{shown:>20}{count:>16,}{diffs[mode]:>15.3g}")
+    show(f"full: {saved / full_saved:.1f}× fewer bytes saved, ", end="")
+    show(f"{full_flops / flops:.3f}× the FLOPs")
+
+    # --8<-- [start:errors]
+    unused = dict(find_unused_parameters=True)
+    for title, model_options, ddp_options in [
+        (
+            "reentrant, find_unused_parameters=True",
+            dict(checkpointing="reentrant"),
+            unused,
+        ),
+        (
+            "reentrant, a block used twice",
+            dict(checkpointing="reentrant", shared=True),
+            {},
+        ),
+    ]:
+        try:
+            train_step(ids, targets, device, model_options, **ddp_options)
+            raise AssertionError(f"{title}: no error")
+        except RuntimeError as error:
+            message = "Expected to mark a variable ready only once."
+            assert str(error).startswith(message), error
+            show(f"{title}: RuntimeError")
+            show(textwrap.indent(first_lines(error), "  "))
+    # --8<-- [end:errors]
+
+    # --8<-- [start:fixes]
+    for shared in (False, True):
+        # without checkpointing
+        *_, reference = train_step(ids, targets, device, dict(shared=shared))
+        for title, model_options, ddp_options in [
+            ("use_reentrant=False", dict(checkpointing="full"),
+             dict(find_unused_parameters=not shared)),
+            ("static_graph=True", dict(checkpointing="reentrant"),
+             dict(static_graph=True)),
+        ]:  # fmt: skip
+            options = dict(model_options, shared=shared)
+            *_, grads = train_step(ids, targets, device, options, **ddp_options)
+            pairs = zip(reference, grads)
+            diff = max((a - b).abs().max().item() for a, b in pairs)
+            assert diff <= limit, (title, shared, diff)
+            case = " (block used twice)" if shared else ""
+            show(f"fixed by {title}{case}: max |Δ grad| = {diff:.3g}")
+    # --8<-- [end:fixes]
 
 
 def main() -> None:
     device = setup()
     try:
-        run(device)  # the models go before the group does
+        run(device)  # the models, failed ones too, go before the group does
     finally:
         dist.destroy_process_group()
 

@@ -72,12 +72,12 @@ class Block(nn.Module):
         return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
 
-# --8<-- [start:model]
+# same as snippets/large_models/memory_breakdown.py:TinyLM
 class TinyLM(nn.Module):
-    def __init__(self, vocab, hidden, heads, layers, ckpt=False):
+    def __init__(self, vocab, hidden, heads, layers, dropout=0.0, ckpt=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
-        blocks = [Block(hidden, heads) for _ in range(layers)]
+        blocks = [Block(hidden, heads, dropout) for _ in range(layers)]
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, vocab, bias=False)
@@ -85,25 +85,27 @@ class TinyLM(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
-        for block in self.blocks:  # an FSDP unit: checkpoint runs its hooks
-            if self.ckpt:
+        for block in self.blocks:
+            if self.ckpt:  # keep only the block's input
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
         return self.head(self.norm(x))
 
 
+# --8<-- [start:build]
 def build(ckpt: bool, mesh: DeviceMesh, device: torch.device) -> TinyLM:
     torch.manual_seed(0)  # the same weights with and without checkpointing
+    # ckpt=True: each block checkpointed in the model's forward
     model = TinyLM(256, 64, 4, 4, ckpt=ckpt).to(device)
     for block in model.blocks:
-        # gathered before its forward, and again before its backward
+        # one FSDP unit: gathered before its forward, again before its backward
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)  # the root: embedding, last norm, head
     return model
 
 
-# --8<-- [end:model]
+# --8<-- [end:build]
 
 
 # same as snippets/large_models/memory_breakdown.py:SavedBytes

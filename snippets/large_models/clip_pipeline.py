@@ -31,6 +31,7 @@ def setup() -> torch.device:
 MAX_NORM = 0.1
 
 
+# same as snippets/parallelism/pipeline.py:make_model
 def make_model() -> nn.Sequential:
     # the same full model on every rank: each keeps only its stage
     torch.manual_seed(0)

@@ -1,9 +1,11 @@
-"""FSDP2 x tensor parallelism on a 2 x 2 mesh: the
-same updates as one process on the whole batch."""
+"""Two 2 x 2 meshes on 4 ranks: FSDP2 x tensor parallelism,
+then HSDP (sharded inside a group, replicated across groups);
+both make the same updates as one process on the whole batch."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/large_models/mesh_fsdp_tp.py
 # timeout: 240
-# output-excerpt: layout ^(?:mesh|after)
+# output-excerpt: layout ^mesh \(2, 2\) \('dp'|FSDP x TP - one
 # output-excerpt: clip ^(?:clip_grad_norm_|gradient norms)
+# output-excerpt: hsdp ^mesh \(2, 2\) \('replicate'|HSDP - one
 
 import copy
 import gc
@@ -16,6 +18,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     RowwiseParallel,
@@ -110,6 +113,19 @@ def parallelize(model: nn.Sequential, mesh: DeviceMesh) -> nn.Sequential:
 # --8<-- [end:parallelize]
 
 
+# --8<-- [start:shard]
+def shard(model: nn.Sequential, mesh: DeviceMesh) -> nn.Sequential:
+    for block in model[:-2]:
+        # a 2-D mesh: replicate over dim 0, shard over dim 1
+        fully_shard(block, mesh=mesh)
+    # the root: the last norm and the head
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+# --8<-- [end:shard]
+
+
 # --8<-- [start:clip]
 def clip_grad_norm_2d(parameters, max_norm: float) -> torch.Tensor:
     """clip_grad_norm_ for gradients that live on
@@ -152,7 +168,28 @@ def train(
     return norms
 
 
-def run(mesh: DeviceMesh, device: torch.device) -> None:
+# --8<-- [start:distance]
+def distance(
+    model: nn.Module, reference: nn.Module, before: nn.Module
+) -> tuple[float, float]:
+    """The largest |sharded - one process| over all
+    parameters, and the largest update one process made."""
+    diff = update = 0.0
+    for (name, p), ref, old in zip(
+        model.named_parameters(), reference.parameters(), before.parameters()
+    ):
+        assert isinstance(p, DTensor), name
+        # all-gathers over every mesh dimension the parameter is split on
+        full = p.full_tensor()
+        diff = max(diff, (full - ref).abs().max().item())
+        update = max(update, (ref - old).abs().max().item())
+    return diff, update
+
+
+# --8<-- [end:distance]
+
+
+def run(mesh: DeviceMesh, hsdp_mesh: DeviceMesh, device: torch.device) -> None:
     # --8<-- [start:data]
     torch.manual_seed(1)
     # the global batch: 8 sequences of 6 tokens
@@ -181,16 +218,7 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     # one process, whole batch
     reference_norms = train(reference, x, y, torch.nn.utils.clip_grad_norm_)
     norms = train(model, x_mine, y_mine, clip_grad_norm_2d)
-
-    diff = update = 0.0
-    for (name, p), ref, old in zip(
-        model.named_parameters(), reference.parameters(), before.parameters()
-    ):
-        assert isinstance(p, DTensor), name
-        # all-gathers over dp (and tp, where the weight is split)
-        full = p.full_tensor()
-        diff = max(diff, (full - ref).abs().max().item())
-        update = max(update, (ref - old).abs().max().item())
+    diff, update = distance(model, reference, before)
     # float32 rounding, far below what the steps changed
     assert diff < 1e-6 and update > 1e-3
     torch.testing.assert_close(norms, reference_norms)
@@ -221,6 +249,46 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
         )
     # --8<-- [end:report]
 
+    # --8<-- [start:hsdp_compare]
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # all 4 ranks are data-parallel: a quarter of the batch each
+    x_part, y_part = x.chunk(world)[rank], y.chunk(world)[rank]
+    hsdp = shard(make_model().to(device), hsdp_mesh)
+    # every gradient on one mesh: the plain clip_grad_norm_ works
+    hsdp_norms = train(hsdp, x_part, y_part, torch.nn.utils.clip_grad_norm_)
+    assert all(p.device_mesh == hsdp_mesh for p in hsdp.parameters())
+    hsdp_diff, _ = distance(hsdp, reference, before)
+    assert hsdp_diff < 1e-6  # the same bound as above
+    torch.testing.assert_close(hsdp_norms, reference_norms)
+    # --8<-- [end:hsdp_compare]
+
+    # --8<-- [start:comms]
+    with CommDebugMode() as comms:
+        nn.functional.mse_loss(hsdp(x_part), y_part).backward()
+    counts = {
+        str(op).split(".")[-1]: n for op, n in comms.get_comm_counts().items()
+    }
+    # --8<-- [end:comms]
+
+    # --8<-- [start:memory]
+    full_numel = sum(p.numel() for p in hsdp.parameters())
+    local_numel = sum(p.to_local().numel() for p in hsdp.parameters())
+    # 1/2 of the model, not 1/4
+    assert local_numel * hsdp_mesh["shard"].size() == full_numel
+    if rank == 0:
+        w = hsdp[0].up.weight
+        print(
+            f"mesh {tuple(hsdp_mesh.shape)} {hsdp_mesh.mesh_dim_names}; "
+            f"up.weight {w.placements}"
+        )
+        print(f"parameters: {full_numel} in all, {local_numel} on each rank")
+        print(f"collectives in one step: {counts}")
+        print(
+            f"after 3 SGD steps: max |HSDP - one process| = {hsdp_diff:.1e}; "
+            "the same gradient norms"
+        )
+    # --8<-- [end:memory]
+
 
 def main() -> None:
     device = setup()
@@ -228,11 +296,19 @@ def main() -> None:
     # rank = 2 * dp + tp
     mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))
     # --8<-- [end:mesh]
+    # --8<-- [start:hsdp_mesh]
+    # e.g. nodes x GPUs
+    hsdp_mesh = init_device_mesh(
+        device.type, (2, 2), mesh_dim_names=("replicate", "shard")
+    )
+    # --8<-- [end:hsdp_mesh]
     try:
         # every model lives and dies in here, before the groups go
-        run(mesh, device)
+        run(mesh, hsdp_mesh, device)
     finally:
         teardown_mesh(mesh)
+        # the second mesh holds its groups too: let go of them
+        getattr(hsdp_mesh, "_pg_registry", {}).clear()
 
 
 if __name__ == "__main__":
