@@ -78,9 +78,11 @@
       rate: "Link rate per direction (GB/s)",
       eff: "busbw as a share of the link rate (%)",
       effHint: "80% as on the performance page; 100% for a measured busbw",
+      alpha: "All-reduce latency α per bucket (µs)",
+      alphaHint: "the fixed cost of one all-reduce, whatever its size; fit it to your all-reduce sweep as the performance page does; 0 leaves latency out",
       world: "GPUs (world size n)",
       compute: "Compute time per step (ms)",
-      computeHint: "measured at this per-GPU batch, all GPUs busy (the step under no_sync())",
+      computeHint: "measured at this per-GPU batch, all GPUs busy, with DDP's noop_hook in place of the all-reduce",
       busbw: "busbw",
       bucketList: "Buckets",
       comm: "All-reduce per step",
@@ -97,6 +99,7 @@
       fLast: "last",
       fForward: "forward + optimizer",
       fBackward: "backward",
+      fChain: "end of the last all-reduce (each starts once backward has made its bucket and the previous one is done)",
       bucketRule: (first, cap) => `first ≤ ${first} MiB, then ≤ ${cap} MiB each`,
       lastRule: (embed) => `the last one also holds the first layers' ${embed} MiB`,
       problems: {
@@ -199,9 +202,11 @@
       rate: "방향당 링크 속도(GB/s)",
       eff: "링크 속도 대비 busbw(%)",
       effHint: "성능 비교 페이지처럼 80%, 직접 잰 busbw라면 100%",
+      alpha: "버킷당 올리듀스 지연 α(µs)",
+      alphaHint: "메시지 크기와 상관없이 올리듀스 한 번마다 드는 고정 비용입니다. 성능 비교 페이지처럼 직접 잰 올리듀스 시간에 직선을 맞춰 구하세요. 0이면 지연을 빼고 계산합니다",
       world: "GPU 수(월드 크기 n)",
       compute: "스텝당 계산 시간(ms)",
-      computeHint: "이 GPU당 배치로, 모든 GPU가 함께 돌 때 잰 값(no_sync() 안의 스텝)",
+      computeHint: "실제로 쓸 GPU당 배치로, 모든 GPU가 함께 돌 때 잰 값(올리듀스 대신 DDP의 noop_hook을 건 스텝)",
       busbw: "busbw",
       bucketList: "버킷",
       comm: "스텝당 올리듀스",
@@ -218,6 +223,7 @@
       fLast: "마지막",
       fForward: "순전파 + 옵티마이저",
       fBackward: "역전파",
+      fChain: "마지막 올리듀스가 끝나는 시각(각 올리듀스는 역전파가 그 버킷을 채우고 앞 올리듀스가 끝나야 시작)",
       bucketRule: (first, cap) => `첫 버킷 ≤ ${first} MiB, 나머지 각각 ≤ ${cap} MiB`,
       lastRule: (embed) => `마지막 버킷에는 첫 층들의 ${embed} MiB도 들어감`,
       problems: {
@@ -334,6 +340,7 @@
     "step-embed": { min: 0, max: 1e8, unit: "MiB", example: "147" },
     "step-rate": { above: 0, max: 1e5, unit: "GB/s", exactCase: true, example: "450" }, // not Gb/s
     "step-eff": { above: 0, max: 100, unit: "%", example: "80" },
+    "step-alpha": { min: 0, max: 1e7, unit: "µs", example: "50" },
     "step-world": { integer: true, min: 1, max: 1e6, example: "8" },
     "step-compute": { min: 0, max: 1e7, unit: "ms", example: "200" },
     "step-backward": { min: 0, max: 100, unit: "%", example: "67" },
@@ -613,8 +620,8 @@
   }
 
   // ---- DDP step time ----------------------------------------------------------------------------
-  // Model: the performance page (#performance-model), predict() in snippets/benchmark/ddp_benchmark.py, with two
-  // corrections: only the backward pass hides communication, and the last bucket holds the first layers.
+  // Model: the performance page (#performance-model), predict() in snippets/benchmark/ddp_benchmark.py; the calculator
+  // adds the first layers' largest parameter to the last bucket.
 
   // DDP fills buckets in the order gradients become ready (last layers first) and closes one once it reaches the cap;
   // the first layers come last, so their largest parameter (`lastParam`, e.g. the token embedding) joins the last,
@@ -638,18 +645,29 @@
     return out;
   }
 
-  function stepTime(gradBytes, capBytes, firstBytes, lastBytes, busbw, world, compute, backwardShare) {
+  // predict() of snippets/benchmark/ddp_benchmark.py: one bucket's all-reduce costs alpha + 2(n-1)/n x S / busbw
+  // (alpha alone on one GPU); DDP starts it from a backward hook once the bucket's gradients are ready, one after
+  // another, and waits for all of them when backward ends. Forward and the optimizer step hide nothing.
+  function stepTime(gradBytes, capBytes, firstBytes, lastBytes, busbw, alpha, world, compute, backwardShare) {
     const buckets = bucketsOf(gradBytes, capBytes, firstBytes, lastBytes);
     const ring = (2 * (world - 1)) / world;
-    const times = world === 1 ? [] : buckets.map((b) => ((ring * b) / (busbw * 1e9)) * 1e3);
+    const times = buckets.map((b) => alpha / 1e3 + ((ring * b) / (busbw * 1e9)) * 1e3);
     const comm = times.reduce((a, b) => a + b, 0);
-    const last = times.length ? times[times.length - 1] : 0;
-    const noOverlap = compute + comm;
-    // buckets are reduced while backward runs; forward and the optimizer step hide nothing; the last bucket is
-    // ready only when backward ends
+    const last = times[times.length - 1];
     const backward = (compute * backwardShare) / 100;
-    const overlap = world === 1 ? compute : compute - backward + Math.max(backward, comm - last) + last;
-    return { buckets, ring, comm, last, noOverlap, overlap, backward };
+    const total = buckets.reduce((a, b) => a + b, 0);
+    // overlap: a bucket is ready once backward has made the gradients up to its end; no overlap: after backward
+    const step = (overlap) => {
+      let done = 0;
+      let free = 0; // ms after backward starts
+      buckets.forEach((size, i) => {
+        done += size;
+        const ready = backward * (overlap ? done / total : 1);
+        free = Math.max(ready, free) + times[i];
+      });
+      return compute - backward + Math.max(backward, free);
+    };
+    return { buckets, ring, comm, last, noOverlap: step(false), overlap: step(true), backward };
   }
 
   function describeBuckets(buckets) {
@@ -671,6 +689,7 @@
       link: select([...LINKS.map((l, i) => [String(i), `${l.name}: ${l.rate} GB/s`]), ["custom", t("custom")]], "0"),
       rate: input(LINKS[0].rate),
       eff: input(LINK_EFFICIENCY),
+      alpha: input(0),
       world: input(8),
       compute: input(200),
       backward: input(67),
@@ -685,6 +704,7 @@
       field("step-link", t("link"), f.link),
       field("step-rate", t("rate"), f.rate),
       field("step-eff", t("eff"), f.eff, t("effHint")),
+      field("step-alpha", t("alpha"), f.alpha, t("alphaHint")),
       field("step-world", t("world"), f.world),
       field("step-compute", t("compute"), f.compute, t("computeHint")),
       field("step-backward", t("backward"), f.backward, t("backwardHint")),
@@ -716,9 +736,9 @@
         }
       }
       show(out, problems, () => {
-        const { grad, bucket: cap, first, embed, rate, eff, world, compute, backward: share } = v;
+        const { grad, bucket: cap, first, embed, rate, eff, alpha, world, compute, backward: share } = v;
         const busbw = (rate * eff) / 100;
-        const s = stepTime(grad * MiB, cap * MiB, first * MiB, embed * MiB, busbw, world, compute, share);
+        const s = stepTime(grad * MiB, cap * MiB, first * MiB, embed * MiB, busbw, alpha, world, compute, share);
         const speedNo = (world * compute) / s.noOverlap;
         const speedOv = (world * compute) / s.overlap;
         const ms = (x) => `${number(x, 3)} ms`;
@@ -730,10 +750,10 @@
         const rows = [
           row("busbw", t("busbw"), `${number(rate, 3)} GB/s × ${number(eff, 1)}%`, `${number(busbw, 3)} GB/s`, busbw),
           row("buckets", t("bucketList"), rule, `${s.buckets.length}: ${describeBuckets(s.buckets)}`, JSON.stringify(s.buckets)),
-          row("comm", t("comm"), `Σ = Σᵢ 2(n−1)/n × Sᵢ / busbw; 2(n−1)/n = ${number(s.ring, 4)}`, ms(s.comm), s.comm),
-          row("last", t("last"), `2(n−1)/n × S_${t("fLast")} / busbw`, ms(s.last), s.last),
+          row("comm", t("comm"), `Σ = Σᵢ (α + 2(n−1)/n × Sᵢ / busbw); α = ${number(alpha, 1)} µs, 2(n−1)/n = ${number(s.ring, 4)}`, ms(s.comm), s.comm),
+          row("last", t("last"), `α + 2(n−1)/n × S_${t("fLast")} / busbw`, ms(s.last), s.last),
           row("no-overlap", t("noOverlap"), `${t("fCompute")} + Σ = ${number(compute, 3)} + ${number(s.comm, 3)}`, ms(s.noOverlap), s.noOverlap),
-          row("overlap", t("overlap"), `${fwd} + max(${bwd}, Σ − ${t("fLast")}) + ${t("fLast")}`, ms(s.overlap), s.overlap),
+          row("overlap", t("overlap"), `${fwd} + max(${bwd}, ${t("fChain")})`, ms(s.overlap), s.overlap),
           row("speedup", t("speedup"), `n × ${t("fCompute")} / ${t("fStep")}`, `${number(speedNo, 2)}× (${t("noOvShort")}) / ${number(speedOv, 2)}× (${t("ovShort")})`, JSON.stringify([speedNo, speedOv])),
           row("efficiency", t("efficiency"), `${t("fCompute")} / ${t("fStep")}`, `${number((100 * speedNo) / world, 1)}% / ${number((100 * speedOv) / world, 1)}%`, JSON.stringify([speedNo / world, speedOv / world])),
         ];

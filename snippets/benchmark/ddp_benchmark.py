@@ -1,11 +1,13 @@
 """Time one device vs DataParallel vs DDP (world sizes
-1..N), all-reduce bandwidth, and a performance model."""
+1..N) and an all-reduce sweep; fit latency and bandwidth,
+and predict every DDP step from its measured parts."""
 # launch: python snippets/benchmark/ddp_benchmark.py
 # ranks: 2
 # timeout: 150
 # output-varies: ^(\{.*\})$
 # output-varies: ^(  (?:single|DDP|DP) .*)$
 # output-varies: ^(\s+\d+\s+\d+\s+\d.*)$
+# output-varies: ^(  world \d+: .*)$
 #
 # Default: a tiny run (seconds; the test). The real run, on GPUs (NCCL) or
 # CPU ranks (gloo):
@@ -31,6 +33,9 @@ import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import (
+    noop_hook,
+)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 TINY = dict(
@@ -41,6 +46,8 @@ TINY = dict(
     steps=5,
     ar_max_bytes=1 << 18,
     max_world=2,
+    cap_width=128,  # the bucket_cap_mb sweep: this model,
+    caps=[0.02, 0.1],  # these caps (MiB), at the largest world
 )
 FULL = dict(
     widths=[128, 512, 1024, 2048],
@@ -49,6 +56,8 @@ FULL = dict(
     warmup=3,
     steps=20,
     ar_max_bytes=1 << 26,
+    cap_width=512,
+    caps=[0.5, 2, 25],
 )
 
 
@@ -74,37 +83,45 @@ def make_batch(
 
 
 # --8<-- [start:timing]
+PHASES = ("forward", "backward", "optimizer")
+
+
 class StepTimer:
-    """Wall time per step: CUDA events on GPU (no
-    sync inside the loop), perf_counter on CPU."""
+    """Wall time of each phase of each step: CUDA events on
+    GPU (no sync inside the loop), perf_counter on CPU."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        self.marks = []
+        self.steps = []  # per step: a mark at each phase boundary
 
-    def start(self):
-        self.marks.append([self._mark(), None])
-
-    def stop(self):
-        self.marks[-1][1] = self._mark()
-
-    def _mark(self):
+    def mark(self, new_step: bool = False):
+        if new_step:
+            self.steps.append([])
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            return event
-        return time.perf_counter()
+            self.steps[-1].append(event)
+        else:
+            self.steps[-1].append(time.perf_counter())
 
-    def ms(self) -> list[float]:
+    def ms(self) -> dict[str, list[float]]:
+        """Per phase, and for the whole step: ms per step."""
         if self.cuda:
             torch.cuda.synchronize()
-            return [a.elapsed_time(b) for a, b in self.marks]
-        return [(b - a) * 1e3 for a, b in self.marks]
+            dt = lambda a, b: a.elapsed_time(b)  # noqa: E731
+        else:
+            dt = lambda a, b: (b - a) * 1e3  # noqa: E731
+        out = {
+            name: [dt(s[i], s[i + 1]) for s in self.steps]
+            for i, name in enumerate(PHASES)
+        }
+        out["step"] = [dt(s[0], s[-1]) for s in self.steps]
+        return out
 
 
-def train(model, cfg, width, device, rank=0, world=1, sync=True):
-    """warmup + steps SGD steps on this rank's slice
-    of the global batch; returns timed step ms."""
+def train(model, cfg, width, device, rank=0, world=1):
+    """warmup + steps SGD steps on this rank's slice of the
+    global batch; returns ms per step, whole and per phase."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     per_rank = cfg["global_batch"] // world
     timer = StepTimer(device)
@@ -115,20 +132,23 @@ def train(model, cfg, width, device, rank=0, world=1, sync=True):
             y[rank * per_rank : (rank + 1) * per_rank].to(device),
         )
         if step == cfg["warmup"]:
-            timer.marks.clear()
-        timer.start()
+            timer.steps.clear()
+        timer.mark(new_step=True)
         optimizer.zero_grad(set_to_none=True)
-        # no_sync: DDP skips the all-reduce
-        with contextlib.nullcontext() if sync else model.no_sync():
-            loss = nn.functional.mse_loss(model(x), y)
-            # DDP all-reduces gradient buckets while backward runs
-            loss.backward()
+        loss = nn.functional.mse_loss(model(x), y)
+        timer.mark()
+        # DDP all-reduces gradient buckets while backward runs,
+        # and waits for all of them at its end
+        loss.backward()
+        timer.mark()
         optimizer.step()
-        timer.stop()
-    times = torch.tensor(timer.ms(), dtype=torch.float64)
+        timer.mark()
+    ms = timer.ms()
+    names = [*PHASES, "step"]
+    times = torch.tensor([ms[k] for k in names], dtype=torch.float64)
     if world > 1:  # a step is as slow as its slowest rank
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    return times.tolist()
+    return dict(zip(names, times.tolist()))
 
 
 # --8<-- [end:timing]
@@ -243,6 +263,38 @@ def run_single_modes(cfg, width, device, tmp: Path) -> list[dict]:
     return rows
 
 
+def run_ddp(cfg, width, device, rank, world, tmp, cap=None, hook=None):
+    """One DDP run: step and phase times, the buckets DDP
+    built, and whether it trained the single-device weights."""
+    ids = [device.index] if device.type == "cuda" else None
+    reset_peak(device)
+    model = DDP(
+        make_model(width, cfg["depth"]).to(device),
+        device_ids=ids,
+        bucket_cap_mb=cap,  # None: the default, 25 MiB
+    )
+    if hook:
+        model.register_comm_hook(None, hook)
+    ms = train(model, cfg, width, device, rank, world)
+    # private API: bytes per bucket, in all-reduce order
+    info = model._get_ddp_logging_data()
+    buckets = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes", "")
+    single = torch.load(tmp / f"single-{width}.pt", weights_only=True)
+    return dict(
+        mode="DDP",
+        width=width,
+        bucket_cap_mb=cap,
+        ms=ms,
+        mem=peak_mem_mib(device),
+        buckets=[int(b) for b in str(buckets).split(",") if b.strip()],
+        weights_match=bool(
+            torch.allclose(
+                flat_params(model.module), single, rtol=1e-4, atol=1e-5
+            )
+        ),
+    )
+
+
 def measure(
     rank: int, world: int, cfg: dict, tmp: Path, device: torch.device
 ) -> dict:
@@ -253,52 +305,33 @@ def measure(
         backend=dist.get_backend(),
         device=str(device),
         runs=[],
-        allreduce=[],
+        # world 1 too: DDP all-reduces there as well
+        allreduce=bench_allreduce(world, device, cfg["ar_max_bytes"]),
     )
-    if world > 1:
-        out["allreduce"] = bench_allreduce(world, device, cfg["ar_max_bytes"])
     for width in cfg["widths"]:
         if world == 1:
             out["runs"] += [
                 dict(r, width=width)
                 for r in run_single_modes(cfg, width, device, tmp)
             ]
-        ids = [device.index] if device.type == "cuda" else None
-        # Compute only: the same DDP step under no_sync,
-        # all ranks busy at once (contention included).
-        compute = train(
-            DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids),
-            cfg,
-            width,
-            device,
-            rank,
-            world,
-            sync=False,
-        )
-        reset_peak(device)
-        model = DDP(make_model(width, cfg["depth"]).to(device), device_ids=ids)
-        ms = train(model, cfg, width, device, rank, world)
-        # private API: bytes per bucket, in all-reduce order
-        info = model._get_ddp_logging_data()
-        buckets = info.get("rebuilt_bucket_sizes") or info.get(
-            "bucket_sizes", ""
-        )
-        single = torch.load(tmp / f"single-{width}.pt", weights_only=True)
+        # Compute only: the same DDP step, all ranks busy at
+        # once, with a comm hook that skips the all-reduce
+        # (DDP's own copies into and out of buckets remain).
+        compute = run_ddp(cfg, width, device, rank, world, tmp, hook=noop_hook)
         out["runs"].append(
             dict(
-                mode="DDP",
-                width=width,
-                ms=ms,
-                compute_ms=compute,
-                mem=peak_mem_mib(device),
-                buckets=[int(b) for b in str(buckets).split(",") if b.strip()],
-                weights_match=bool(
-                    torch.allclose(
-                        flat_params(model.module), single, rtol=1e-4, atol=1e-5
-                    )
-                ),
+                run_ddp(cfg, width, device, rank, world, tmp),
+                compute_ms=compute["ms"],
             )
         )
+        if world == cfg["max_world"] and width == cfg["cap_width"]:
+            out["runs"] += [
+                dict(
+                    run_ddp(cfg, width, device, rank, world, tmp, cap),
+                    compute_ms=compute["ms"],
+                )
+                for cap in cfg["caps"]
+            ]
     return out
 
 
@@ -330,42 +363,55 @@ def worker(rank: int, world: int, cfg: dict, tmp: str) -> None:
 
 
 # --8<-- [start:model]
-def busbw_at(allreduce: list[dict], nbytes: int) -> float:
-    """Measured busbw (GB/s) at a message size:
-    log-linear interpolation, clamped at the ends."""
-    pts = sorted((r["bytes"], r["busbw_gbs"]) for r in allreduce)
-    if nbytes <= pts[0][0]:
-        return pts[0][1]
-    for (b0, w0), (b1, w1) in zip(pts, pts[1:]):
-        if nbytes <= b1:
-            f = math.log(nbytes / b0) / math.log(b1 / b0)
-            return w0 + (w1 - w0) * f
-    return pts[-1][1]
+def fit_alpha_beta(allreduce: list[dict], world: int) -> dict:
+    """Hockney's model of one all-reduce, time = alpha + beta *
+    bytes, fitted to the sweep by least squares on the relative
+    error (small messages weigh as much as large ones)."""
+    # minimise sum(((alpha + beta * b) / t - 1) ** 2): with
+    # u = 1/t and v = b/t, solve the 2x2 normal equations
+    u = [1e6 / r["time_us"] for r in allreduce]
+    v = [r["bytes"] * x for r, x in zip(allreduce, u)]
+    uu, uv, vv = (
+        sum(x * y for x, y in zip(*p)) for p in ((u, u), (u, v), (v, v))
+    )
+    det = uu * vv - uv * uv
+    beta = (sum(v) * uu - sum(u) * uv) / det if world > 1 else 0.0  # s/B
+    if beta <= 0:  # one rank (no byte crosses a link), or a
+        # sweep too small to see the bandwidth: latency alone
+        alpha, beta = sum(u) / uu, 0.0
+    else:
+        alpha = (sum(u) * vv - sum(v) * uv) / det  # s
+    return dict(alpha_us=alpha * 1e6, beta_s_per_byte=beta)
+
+
+def allreduce_ms(nbytes: int, fit: dict) -> float:
+    return fit["alpha_us"] / 1e3 + fit["beta_s_per_byte"] * nbytes * 1e3
 
 
 def predict(
-    compute_ms: float, buckets: list[int], world: int, allreduce: list[dict]
-) -> dict:
-    """Step = compute + all-reduce of every gradient bucket at measured busbw.
+    phases_ms: dict, buckets: list[int], fit: dict, overlap: bool
+) -> float:
+    """DDP step = forward + backward + optimizer, plus an
+    all-reduce of alpha + beta * bytes for each gradient bucket.
 
-    no overlap: compute + sum(bucket times)
-                (gloo on shared CPU cores behaves like this)
-    overlap:    buckets run during backward; only the last bucket
-                (the first layers) is exposed.
+    DDP starts a bucket's all-reduce from a backward hook once
+    its gradients are ready, one after another, and waits for
+    them all when backward ends: forward and the optimizer step
+    hide nothing. overlap=True: a bucket is ready once backward
+    has made the gradients up to its end (the last bucket, the
+    first layers, when backward ends). overlap=False: nothing
+    hides, as when gloo's threads need the cores that compute
+    uses: the all-reduces run after backward.
     """
-    if world == 1 or not buckets:
-        return dict(
-            comm_ms=0.0, no_overlap_ms=compute_ms, overlap_ms=compute_ms
-        )
-    t = [
-        ring_factor(world) * b / (busbw_at(allreduce, b) * 1e9) * 1e3
-        for b in buckets
-    ]
-    comm = sum(t)
-    return dict(
-        comm_ms=comm,
-        no_overlap_ms=compute_ms + comm,
-        overlap_ms=max(compute_ms, comm - t[-1]) + t[-1],
+    total, done, free = sum(buckets), 0, 0.0  # ms after backward starts
+    for size in buckets:  # in all-reduce order
+        done += size
+        ready = phases_ms["backward"] * (done / total if overlap else 1)
+        free = max(ready, free) + allreduce_ms(size, fit)
+    return (
+        phases_ms["forward"]
+        + max(phases_ms["backward"], free)
+        + phases_ms["optimizer"]
     )
 
 
@@ -418,11 +464,23 @@ def environment(label: str, world_sizes: list[int]) -> dict:
     )
 
 
-def summarize(parts: list[dict], cfg: dict) -> list[dict]:
-    """One row per (model, mode, world size) with
-    the statistics and the model's prediction."""
+def summarize(parts: list[dict], cfg: dict) -> tuple[list[dict], list]:
+    """One row per (model, mode, world size, bucket cap) with
+    the statistics, and the model's prediction for DDP rows;
+    the alpha-beta fit per world size."""
+    fits = []
+    for part in parts:
+        n = part["world_size"]
+        fit = fit_alpha_beta(part["allreduce"], n)
+        # the link rate the fit implies, nccl-tests' busbw
+        beta = fit["beta_s_per_byte"]
+        busbw = ring_factor(n) / beta / 1e9 if beta else None
+        # NCCL communicates on its own CUDA stream; gloo's threads
+        # need the CPU cores that compute uses (a rank per core)
+        overlap = part["backend"] == "nccl"
+        fits.append(dict(fit, world_size=n, busbw_gbs=busbw, overlap=overlap))
+    fit_of = {f["world_size"]: f for f in fits}
     rows = []
-    allreduce = {p["world_size"]: p["allreduce"] for p in parts}
     for part in parts:
         for run in part["runs"]:
             width, world = (
@@ -431,6 +489,7 @@ def summarize(parts: list[dict], cfg: dict) -> list[dict]:
             )
             params = cfg["depth"] * (width * width + width)
             gb = cfg["global_batch"]
+            ms = run["ms"]["step"]
             row = dict(
                 model=f"mlp {cfg['depth']}x{width}",
                 width=width,
@@ -445,22 +504,39 @@ def summarize(parts: list[dict], cfg: dict) -> list[dict]:
                 batch_per_rank=gb // world,
                 global_batch=gb,
                 step_ms=dict(
-                    median=statistics.median(run["ms"]),
-                    p10=pct(run["ms"], 0.1),
-                    p90=pct(run["ms"], 0.9),
+                    median=statistics.median(ms),
+                    p10=pct(ms, 0.1),
+                    p90=pct(ms, 0.9),
                 ),
+                phases_ms={k: statistics.median(run["ms"][k]) for k in PHASES},
                 peak_mem_mib=run["mem"],
                 weights_match=run.get("weights_match"),
             )
             row["samples_per_s"] = gb / row["step_ms"]["median"] * 1e3
             if run["mode"] == "DDP":
-                compute = statistics.median(run["compute_ms"])
+                fit = fit_of[world]
+                compute = {
+                    k: statistics.median(run["compute_ms"][k]) for k in PHASES
+                }
+                serial, overlapped = (
+                    predict(compute, run["buckets"], fit, overlap)
+                    for overlap in (False, True)
+                )
+                model = overlapped if fit["overlap"] else serial
                 row.update(
-                    compute_ms=compute,
+                    bucket_cap_mb=run["bucket_cap_mb"],
+                    compute_ms=sum(compute.values()),
+                    compute_phases_ms=compute,
                     buckets=run["buckets"],
-                    predicted=predict(
-                        compute, run["buckets"], world, allreduce.get(world, [])
+                    predicted=dict(
+                        comm_ms=sum(
+                            allreduce_ms(b, fit) for b in run["buckets"]
+                        ),
+                        no_overlap_ms=serial,
+                        overlap_ms=overlapped,
+                        model_ms=model,
                     ),
+                    model_error=model / row["step_ms"]["median"] - 1,
                 )
             rows.append(row)
     for row in rows:
@@ -478,14 +554,14 @@ def summarize(parts: list[dict], cfg: dict) -> list[dict]:
             else (row["gpus"] or row["threads"])
         )
         row["efficiency"] = row["speedup"] / workers
-    return rows
+    return rows, fits
 
 
 def print_table(result: dict) -> None:
     cols = (
         "mode backend world batch/rank|global step-ms-median[p10-p90] "
-        "samples/s speedup eff grad-MiB "
-        "compute-ms pred-ms(no-ovl|ovl) peak-MiB"
+        "samples/s speedup eff grad-MiB buckets "
+        "compute-ms(fwd+bwd+opt) pred-ms error peak-MiB"
     )
     for width in result["config"]["widths"]:
         rows = [r for r in result["runs"] if r["width"] == width]
@@ -497,19 +573,26 @@ def print_table(result: dict) -> None:
         for r in rows:
             s, p = r["step_ms"], r.get("predicted")
             mode = r["mode"] + (
-                f" ({r['threads']} thr)" if r["mode"] == "single" else ""
+                f" ({r['threads']} thr)"
+                if r["mode"] == "single"
+                else f" (cap {r['bucket_cap_mb']})"
+                if r.get("bucket_cap_mb")
+                else ""
             )
-            pred = (
-                f"{p['no_overlap_ms']:.2f}|{p['overlap_ms']:.2f}" if p else "-"
+            pred = f"{p['model_ms']:.2f} {r['model_error']:+5.0%}" if p else "-"
+            comp = (
+                "+".join(f"{v:.2f}" for v in r["compute_phases_ms"].values())
+                if p
+                else "-"
             )
-            comp = f"{r['compute_ms']:.2f}" if "compute_ms" in r else "-"
             print(
                 f"  {mode:<16} {r['backend']:<5} {r['world_size']:>2} "
                 f"{r['batch_per_rank']:>4}|{r['global_batch']:<4}"
                 f" {s['median']:8.2f} [{s['p10']:.2f}-{s['p90']:.2f}] "
                 f"{r['samples_per_s']:9.0f}"
                 f" {r['speedup']:5.2f}x {r['efficiency']:5.0%} "
-                f"{r['grad_mib']:7.2f} {comp:>8} {pred:>15}"
+                f"{r['grad_mib']:7.2f} {len(r.get('buckets', [])):>2} "
+                f"{comp:>20} {pred:>14}"
                 f" {r['peak_mem_mib']:7.0f}"
             )
     if result["skipped"]:
@@ -523,6 +606,14 @@ def print_table(result: dict) -> None:
             f"  {a['world_size']:>2} {a['bytes']:>10} "
             f"{a['time_us']:10.1f} {a['algbw_gbs']:7.3f} "
             f"{a['busbw_gbs']:7.3f}"
+        )
+    print("\nfit per world size: time = alpha + beta * bytes")
+    for f in result["fits"]:
+        link = f", busbw {f['busbw_gbs']:.3f} GB/s" if f["busbw_gbs"] else ""
+        print(
+            f"  world {f['world_size']}: alpha {f['alpha_us']:.1f} us, "
+            f"beta {f['beta_s_per_byte'] * 1e9:.4f} ns/byte{link}; "
+            f"overlap with backward: {f['overlap']}"
         )
 
 
@@ -558,8 +649,23 @@ def main() -> None:
     )
     if gpus:
         cfg["max_world"] = min(cfg["max_world"], gpus)
+    result = run(cfg, args.machine)
+    with contextlib.redirect_stdout(io.StringIO()) as text:
+        print_table(result)
+    print(json.dumps(result["env"]) + text.getvalue())
+    if args.out:  # the JSON, and the table as printed (for pages)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        args.out.with_suffix(".txt").write_text(text.getvalue().lstrip("\n"))
+        print(f"\nwrote {args.out} and {args.out.with_suffix('.txt')}")
+    check(result)
+
+
+def run(cfg: dict, machine: str = "") -> dict:
+    """Every world size, one launch each; the result file."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     world_sizes = list(range(1, cfg["max_world"] + 1))
-    env = environment(args.machine, world_sizes)
+    env = environment(machine, world_sizes)
     skipped = (
         []
         if gpus >= 2
@@ -568,7 +674,6 @@ def main() -> None:
             "just calls the module)"
         ]
     )
-
     with tempfile.TemporaryDirectory() as tmp:
         parts = []
         # one launch per world size; world 1 also runs the single-device modes
@@ -583,30 +688,31 @@ def main() -> None:
                 json.loads((Path(tmp) / f"world-{world}.json").read_text())
             )
     env["loadavg_end"] = os.getloadavg()[0]
-    result = dict(
+    runs, fits = summarize(parts, cfg)
+    return dict(
         env=env,
         config=cfg,
         skipped=skipped,
-        runs=summarize(parts, cfg),
+        runs=runs,
         allreduce=[a for p in parts for a in p["allreduce"]],
+        fits=fits,
     )
-    with contextlib.redirect_stdout(io.StringIO()) as text:
-        print_table(result)
-    print(json.dumps(env) + text.getvalue())
-    if args.out:  # the JSON, and the table as printed (for pages)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        args.out.with_suffix(".txt").write_text(text.getvalue().lstrip("\n"))
-        print(f"\nwrote {args.out} and {args.out.with_suffix('.txt')}")
 
-    # What this program guarantees (never a
-    # speedup: that depends on the machine).
-    runs = result["runs"]
+
+def check(result: dict) -> None:
+    """What this program guarantees (never a speedup or a
+    prediction's accuracy: those depend on the machine)."""
+    cfg, runs = result["config"], result["runs"]
+    world_sizes = result["env"]["world_sizes"]
+    ddp = [r for r in runs if r["mode"] == "DDP"]
     assert {
-        (r["width"], r["world_size"]) for r in runs if r["mode"] == "DDP"
+        (r["width"], r["world_size"]) for r in ddp if not r["bucket_cap_mb"]
     } == {(w, n) for w in cfg["widths"] for n in world_sizes}, (
         "a DDP run is missing"
     )
+    assert sorted(r["bucket_cap_mb"] for r in ddp if r["bucket_cap_mb"]) == (
+        sorted(cfg["caps"])
+    ), "a bucket_cap_mb run is missing"
     assert all(
         r["weights_match"] for r in runs if r["weights_match"] is not None
     ), (
@@ -618,16 +724,16 @@ def main() -> None:
         for r in runs
     )
     assert all(
-        len(r["buckets"]) >= 1 and sum(r["buckets"]) == r["params"] * 4
-        for r in runs
-        if r["mode"] == "DDP"
+        len(r["buckets"]) >= 1
+        and sum(r["buckets"]) == r["params"] * 4
+        and math.isfinite(r["model_error"])
+        for r in ddp
     )
-    assert all(a["busbw_gbs"] > 0 for a in result["allreduce"]) and (
-        len(world_sizes) < 2 or result["allreduce"]
-    )
+    assert [f["world_size"] for f in result["fits"]] == world_sizes
+    assert all(a["algbw_gbs"] > 0 for a in result["allreduce"])
     print(
         f"OK: DDP at world sizes {world_sizes} trained the same weights "
-        "as one device, for every model size"
+        "as one device, for every model size and bucket cap"
     )
 
 
