@@ -184,3 +184,14 @@ def test_a_page_loads_only_the_scripts_and_styles_it_uses(built_site, lang):
             assert len(calculators) == 2, f"{lang}/{name} misses the calculators' script or style: {sorted(own)}"
         else:
             assert not calculators, f"{lang}/{name} loads {sorted(calculators)}, which only the calculators use"
+
+
+def test_the_404_page_menu_leads_to_each_languages_home(built_site):
+    """The 404 page is rendered after the last page (mkdocs-static-i18n#284): left alone, its language menu would lead
+    to that page in each language, and its head links would make Material fetch sitemaps that are not there."""
+    built = (built_site / "404.html").read_text(encoding="utf-8")
+    head = built.partition("</head>")[0]
+    assert 'rel="alternate"' not in head, "the 404 page's head still has hreflang links"
+    menu = dict((lang, href) for href, lang in re.findall(r'<a href="([^"]*)" hreflang="([^"]*)"', built))
+    root = site_path() + "/"
+    assert menu == {"ko": root, "en": f"{root}en/"}, f"the 404 page's language menu leads to {menu}"
