@@ -1,4 +1,4 @@
-// What the rendered page needs for keyboards and screen readers (WCAG 2.1 A/AA; tests/test_accessibility.py runs
+// What the rendered page needs for keyboards and screen readers (WCAG 2.1 A/AA; tests/test_every_page.py runs
 // axe-core on every page):
 // - a box that scrolls and holds nothing focusable (a wide table on a phone, a notebook cell, a calculator's script)
 //   takes keyboard focus, so arrow keys can scroll it (WCAG 2.1.1). Material does this for its code blocks only, and
