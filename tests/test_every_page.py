@@ -7,7 +7,7 @@ opens it into an empty cache, and checked for all that a page must be:
 - no code block scrolls sideways at 1280 px, with every collapsed block open and every tab shown;
 - axe-core finds no WCAG 2.1 A/AA violation, light and dark, desktop and phone (tests/accessibility.py).
 One page load does all of it (a load costs Chromium about 0.85 CPU-seconds, and every view after it a new layout of
-thousands of highlighted code spans): the three passes this replaced cost 236 CPU-seconds, this one 171
+thousands of highlighted code spans): the browser modules cost 236 CPU-seconds with three passes, 171 with one
 (tests/MEASUREMENTS.md). A page's problems are reported together, whichever check finds them.
 """
 
