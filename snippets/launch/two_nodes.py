@@ -49,12 +49,17 @@ for out in outputs:
     )
     assert len(found) == 1, f"expected one worker per node, got:\n{out}"
     seen.append(tuple(map(int, found[0])))
-table = next(out for out in outputs if "GROUP_RANK" in out)  # rank 0's report
+# rank 0's report, not its agent's log: the worker prints the lines
+# from WORLD_SIZE to "...: ok"; an agent may still log at exit
+# (a TCPStore warning, "recvVector failed ... got 0 bytes")
+node0 = next(out for out in outputs if "GROUP_RANK" in out)
+start = re.search(r"^WORLD_SIZE ", node0, re.M).start()
+end = re.search(r"^rank \d+ of \d+ on node \d+: ok$", node0, re.M).end()
 print(
     "\n".join(
         line
-        for line in table.splitlines()
-        if not re.match(r"[WIE]\d{4} ", line)
+        for line in node0[start:end].splitlines()
+        if not re.match(r"\[?[WIE]\d{4} ", line)
     )
 )
 # distinct global ranks
