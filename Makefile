@@ -48,7 +48,7 @@ notebooks-write: outputs
 endif
 
 soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
-	$(BIN)/python tests/soak.py --runs $(N) -- $(SOAK_ARGS)
+	$(BIN)/python -m guidekit.soak --runs $(N) -- $(SOAK_ARGS)
 
 durations: $(BIN)/.installed  ## run everything as make test does and record each scope's seconds (tests/durations.json)
 	$(BIN)/python -m pytest -n 3 --record-durations
@@ -61,7 +61,7 @@ sync-copies: $(BIN)/.installed  ## rewrite every declared copy of shared code fr
 	$(BIN)/python -m guidekit.copies --write
 
 notebooks: $(BIN)/.installed  ## run every chapter notebook (notebooks/) as a reader would, on CPU
-	$(BIN)/python -m pytest tests/test_notebooks.py -m notebooks
+	$(BIN)/python -m pytest tests/site/test_notebooks.py -m notebooks
 
 notebooks-write: $(BIN)/.installed  ## regenerate the chapter notebooks from the pages and snippets
 	$(BIN)/python -m guidekit.notebooks --write

@@ -8,7 +8,7 @@ spelling, and is dropped; an empty cell or a dash holds none.
 A spelling may stand for several terms (`terms`): ``data / tensor / pipeline / model parallelism`` is four, and
 a parenthesis says what the term is about (``(training) step``, ``collective (communication)``).
 
-Readers: the search synonyms (theme/hooks/search_synonyms.py); tests/test_terminology.py (the rejected spellings
+Readers: the search synonyms (theme/hooks/search_synonyms.py); tests/site/test_terminology.py (the rejected spellings
 appear in no Korean text) still reads the table with a parser of its own, which gives the same rows.
 """
 

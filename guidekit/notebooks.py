@@ -24,7 +24,7 @@ What one holds, all of its prose in the reader's language:
   imports or runs from its folder first) and a cell that runs it with its declared launch (``!torchrun ...`` /
   ``!python ...``). A program that needs GPUs (``# requires:``) gets a note with its command instead of a run.
 
-Every code cell but the first is the same in both languages (tests/test_notebooks.py checks), so `make notebooks`
+Every code cell but the first is the same in both languages (tests/site/test_notebooks.py checks), so `make notebooks`
 executes one language's copies. Files are written relative to the notebook's working directory, so it runs anywhere
 torch is installed.
 """

@@ -3,7 +3,7 @@
 The page is a notebook (docs/{ko,en}/performance.ipynb) that the site build executes (a failing cell fails the build):
 its code cells call this module, ``from guidekit import report``, which the repository's install provides (``pip
 install -e .``). Labels and sentences come from the site's text catalogue (guidekit.text, ``report:``), code sections
-from guidekit.sections, the results from ``snippets/benchmark/results/``. tests/test_results.py renders every
+from guidekit.sections, the results from ``snippets/benchmark/results/``. tests/site/test_results.py renders every
 committed result file in both languages.
 """
 
@@ -268,7 +268,7 @@ def facts(name: str) -> dict:
     )
 
 
-BAR = 0.15  # the bar every DDP row of a committed result meets (tests/test_results.py)
+BAR = 0.15  # the bar every DDP row of a committed result meets (tests/site/test_results.py)
 
 
 def model_check(name: str, lang: str) -> Markdown:

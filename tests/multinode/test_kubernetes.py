@@ -4,7 +4,7 @@
   names, offline (kubernetes-validate ships the schemas) and strictly: an unknown field fails.
 - The structure the page relies on: an Indexed Job whose pods find pod 0 through a headless Service, one pod
   per node, torchrun starting one worker per GPU the pod gets, and the calculator's command
-  (tests/test_calculators.py compares it with what the calculator prints).
+  (tests/site/test_calculators.py compares it with what the calculator prints).
 - The pods' command, read from the manifest, runs on the two-host test bed (testbed.py) with what a pod gets:
   the host name <job>-<index>, JOB_COMPLETION_INDEX, and the other pods' DNS names <job>-<index>.<service>.
   Only the script's path inside the image is replaced by the repository's copy, and the Job is adapted to nodes

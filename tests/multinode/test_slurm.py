@@ -86,7 +86,7 @@ def test_requeued_job_resumes_bit_identical(cluster, tmp_path, uninterrupted, re
     the same job id (the snapshot's name), it resumes at step 4 and ends with weights bit-identical to an
     uninterrupted run of the same program at the same world size (2).
     World 2: with more ranks DDP's bucket rebuild makes a resumed run differ in the last bits
-    (tests/test_resume_bits.py)."""
+    (tests/programs/test_resume_bits.py)."""
     env = {"NPROC_PER_NODE": "1", "SNAPSHOT_DIR": str(tmp_path / "snapshots"), "PREEMPT_AT_STEP": "3"}
     env["TRAIN"] = "snippets/fault/train_resumable_check.py"  # the program with PREEMPT_AT_STEP
     job = cluster.sbatch([*CPU_NODES, REQUEUE_SCRIPT, f"--final={tmp_path / 'requeued.pt'}"], env=env, timeout=400)

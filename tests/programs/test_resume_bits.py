@@ -38,7 +38,7 @@ def weights(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize(("variant", "identical"), [("default-ddp", False), ("no-bucket-rebuild", True)])
 def test_resume_at_world_3(weights, variant, identical):
-    import torch  # here, not at collection (tests/weights.py)
+    import torch  # here, not at collection (tests/helpers/weights.py)
 
     uninterrupted, resumed = weights[variant]["uninterrupted"], weights[variant]["resumed"]
     equal = {name: torch.equal(tensor, resumed[name]) for name, tensor in uninterrupted.items()}

@@ -1,6 +1,6 @@
 """What a reader does on the site, in Debian's Chromium driven by Playwright against the built site on 127.0.0.1:
 switch language, copy code, open the navigation on a phone; screenshots for a person to look at. What every page
-must be is checked in one pass over the pages: tests/test_every_page.py."""
+must be is checked in one pass over the pages: tests/site/test_every_page.py."""
 
 import re
 

@@ -1,5 +1,5 @@
-"""Accessibility checks in a browser tab, shared by tests/test_every_page.py (every page, four views) and
-tests/test_accessibility.py (what appears only when used): axe-core's WCAG 2.1 A and AA rules.
+"""Accessibility checks in a browser tab, shared by tests/site/test_every_page.py (every page, four views) and
+tests/site/test_accessibility.py (what appears only when used): axe-core's WCAG 2.1 A and AA rules.
 
 axe-core comes from PyPI: axe-playwright-python ships its axe.min.js (the `test` extra of pyproject.toml).
 
@@ -14,7 +14,7 @@ here: its cost grows with the boxes of a page, and a chapter has thousands of co
   everywhere; one that failed is judged again on every page that has it, so each page reports its own elements, with
   how many have that look.
 - The other rules (names, labels, lists, ARIA, focusable scrolling regions, ...) run on the whole page on a phone, and
-  on a desktop on what a phone does not show (header, sidebars: tests/test_accessibility.py). Before they run, code
+  on a desktop on what a phone does not show (header, sidebars: tests/site/test_accessibility.py). Before they run, code
   tokens and lines (a <span> with a class or an id, and its text) are merged into their code block's text: those rules
   find nothing to judge in them.
 - The page's content has the same colours at every width (the site's CSS changes only layout with the viewport), so

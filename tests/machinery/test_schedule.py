@@ -22,7 +22,7 @@ def gpus(monkeypatch):
 def test_on_cpus_every_program_is_a_scope_of_its_own(gpus):
     gpus(0)
     assert schedule.scope_of("snippets/ddp/train_spawn.py::train_spawn") == "snippets/ddp/train_spawn.py::train_spawn"
-    assert schedule.scope_of("tests/test_site.py::test_x[ko]") == "tests/test_site.py"
+    assert schedule.scope_of("tests/site/test_site.py::test_x[ko]") == "tests/site/test_site.py"
 
 
 @pytest.mark.parametrize("n", [1, 2, 8])
@@ -42,7 +42,7 @@ def test_programs_that_would_use_gpus_run_one_at_a_time(gpus, n):
         assert schedule.scope_of(nodeid) == ("gpus" if ranks <= n else nodeid), (program, ranks, n)
     required = "snippets/practices/amp_fp16_cuda.py::amp_fp16_cuda"  # requires: cuda
     assert schedule.scope_of(required) == "gpus"
-    assert schedule.scope_of("tests/test_site.py::test_x") == "tests/test_site.py"
+    assert schedule.scope_of("tests/site/test_site.py::test_x") == "tests/site/test_site.py"
 
 
 def test_no_gpu_device_file_means_no_gpu_without_importing_torch(monkeypatch):

@@ -1,15 +1,15 @@
-"""Code blocks and Korean words as Chromium lays them out, measured by tests/test_every_page.py on every page.
+"""Code blocks and Korean words as Chromium lays them out, measured by tests/site/test_every_page.py on every page.
 
 A block in the content column shows 80 characters at 1280 px (Material's code font, 13.6 px, in DejaVu Sans Mono,
 the widest of the monospace fonts readers get: Menlo has its metrics, SF Mono and Consolas are narrower), so
-snippets/ruff.toml sets the programs' line length to 80 (tests/test_code_width.py checks the programs' lines without a
+snippets/ruff.toml sets the programs' line length to 80 (tests/site/test_code_width.py checks the programs' lines without a
 browser). Comments and strings the formatter cannot wrap are kept short by hand. Output (text) and shell (bash)
 blocks, and the collapsed full programs, wrap their long lines in CSS (docs/stylesheets/extra.css) instead. Korean
 text breaks lines between words, never inside one (extra.css: keep-all).
 """
 
 # Every block laid out as a reader sees it once opened: every collapsed block open, the blocks of every tab shown, and
-# no transitions (a colour scheme switched by tests/accessibility.py applies at once).
+# no transitions (a colour scheme switched by guidekit/accessibility.py applies at once).
 REVEAL = """() => {
   const style = document.createElement("style");
   style.textContent = `*, *::before, *::after { transition: none !important; animation: none !important; }

@@ -6,7 +6,7 @@ import subprocess
 from guidekit import ROOT
 from guidekit.pages import mkdocs_setting, repo_address, repo_links
 
-DERIVED = ("notebooks/",)  # generated from the setting (and tested fresh by tests/test_notebooks.py)
+DERIVED = ("notebooks/",)  # generated from the setting (and tested fresh by tests/site/test_notebooks.py)
 
 
 def test_no_file_hard_codes_the_repository_address():

@@ -1,12 +1,12 @@
 """Accessibility of what appears only when used: search results, a code annotation, the language menu; and on a
-desktop the header and sidebars, which the pass over every page (tests/test_every_page.py) leaves to the phone's drawer
-(the same templates). Every rule of axe-core's WCAG 2.1 A and AA, in the views of tests/accessibility.py."""
+desktop the header and sidebars, which the pass over every page (tests/site/test_every_page.py) leaves to the phone's drawer
+(the same templates). Every rule of axe-core's WCAG 2.1 A and AA, in the views of guidekit/accessibility.py."""
 
 import re
 
 import pytest
-from accessibility import DESKTOP, DESKTOP_ONLY, RUN, VIEWS, axe_script, options, report, show
-from code_layout import REVEAL
+from guidekit.accessibility import DESKTOP, DESKTOP_ONLY, RUN, VIEWS, axe_script, options, report, show
+from guidekit.code_layout import REVEAL
 
 from guidekit.pages import LANGS, fences, pages, url_path
 from guidekit.sections import target_text

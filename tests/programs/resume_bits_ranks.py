@@ -1,4 +1,4 @@
-"""What every rank of tests/test_resume_bits.py runs: train_resumable.py's own `train()`, unchanged, three times in one
+"""What every rank of tests/programs/test_resume_bits.py runs: train_resumable.py's own `train()`, unchanged, three times in one
 process group, for DDP as the program builds it and with `find_unused_parameters=True` (no bucket rebuild):
 
 1. uninterrupted, to the end;
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from launching import TRAIN_RESUMABLE  # this file's folder is on sys.path: python puts it there
-
+TRAIN_RESUMABLE = Path(__file__).resolve().parents[2] / "snippets" / "fault" / "train_resumable.py"
 sys.path.insert(0, str(TRAIN_RESUMABLE.parent))
 import train_resumable  # found through the path above
 

@@ -3,9 +3,9 @@ opens it into an empty cache, and checked for all that a page must be:
 - it loads offline: no console error, no request leaving 127.0.0.1, no broken image, a notebook's outputs shown;
 - its weight (bytes transferred, gzip as GitHub Pages serves text) stays under the budget, and is logged;
 - its code annotations became Material's annotation buttons;
-- (Korean) no word is broken across lines at 1280 px (tests/code_layout.py);
+- (Korean) no word is broken across lines at 1280 px (guidekit/code_layout.py);
 - no code block scrolls sideways at 1280 px, with every collapsed block open and every tab shown;
-- axe-core finds no WCAG 2.1 A/AA violation, light and dark, desktop and phone (tests/accessibility.py).
+- axe-core finds no WCAG 2.1 A/AA violation, light and dark, desktop and phone (guidekit/accessibility.py).
 One page load does all of it (a load costs Chromium about 0.85 CPU-seconds, and every view after it a new layout of
 thousands of highlighted code spans): the browser modules cost 236 CPU-seconds with three passes, 171 with one
 (tests/MEASUREMENTS.md). A page's problems are reported together, whichever check finds them.
@@ -15,9 +15,9 @@ import json
 import re
 
 import pytest
-from accessibility import DESKTOP, page_violations, report
-from accessibility import axe_script as axe_core
-from code_layout import BROKEN_WORDS, MEASURE, REVEAL
+from guidekit.accessibility import DESKTOP, page_violations, report
+from guidekit.accessibility import axe_script as axe_core
+from guidekit.code_layout import BROKEN_WORDS, MEASURE, REVEAL
 from visits import ARTIFACTS, Visit
 
 from guidekit import ROOT
@@ -64,7 +64,7 @@ def tab(browser, base_url):
 
 @pytest.fixture(scope="module")
 def judged():
-    """The looks axe's colour rules judged in this run: look -> passed (tests/accessibility.py)."""
+    """The looks axe's colour rules judged in this run: look -> passed (guidekit/accessibility.py)."""
     return {}
 
 

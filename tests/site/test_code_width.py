@@ -1,5 +1,5 @@
-"""Program lines that fit the code column, checked without a browser: tests/test_every_page.py measures the blocks as
-Chromium lays them out, and tests/code_layout.py says why the line length is 80."""
+"""Program lines that fit the code column, checked without a browser: tests/site/test_every_page.py measures the blocks as
+Chromium lays them out, and guidekit/code_layout.py says why the line length is 80."""
 
 import re
 import unicodedata

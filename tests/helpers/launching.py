@@ -9,7 +9,7 @@ import pytest
 
 from guidekit import processes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # = torchrun, with this interpreter
 TRAIN_RESUMABLE = ROOT / "snippets" / "fault" / "train_resumable.py"  # rank 0 prints "attempt A: starting at step S"
 TRAIN_RESUMABLE_CHECK = TRAIN_RESUMABLE.with_name("train_resumable_check.py")  # + FAIL_AT_STEP, PREEMPT_AT_STEP
