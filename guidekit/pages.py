@@ -191,3 +191,44 @@ def repo_links(markdown: str, repo_url: str) -> str:
 def site_path(root: Path = ROOT) -> str:
     """The path the site is published under (site_url in mkdocs.yml), e.g. '/guide'."""
     return urlsplit(mkdocs_setting("site_url", root)).path.rstrip("/")
+
+
+def nav(root: Path = ROOT) -> list[tuple[str, str | None, int]]:
+    """(label, page or None for a section, depth) of every entry of mkdocs.yml's nav, in order; labels in the default
+    language."""
+    import yaml  # the site's dependency, as MkDocs reads it
+
+    def walk(entries: list, depth: int):
+        for entry in entries:
+            ((label, value),) = entry.items()
+            if isinstance(value, list):
+                yield label, None, depth
+                yield from walk(value, depth + 1)
+            else:
+                yield label, value, depth
+
+    config = yaml.safe_load((root / "mkdocs.yml").read_text(encoding="utf-8"))
+    return list(walk(config["nav"], 0))
+
+
+def nav_translations(lang: str, root: Path = ROOT) -> dict[str, str]:
+    """The nav's labels in `lang` (mkdocs.yml's i18n nav_translations); empty for the default language."""
+    import yaml
+
+    config = yaml.safe_load((root / "mkdocs.yml").read_text(encoding="utf-8"))
+    i18n = next(p["i18n"] for p in config["plugins"] if isinstance(p, dict) and "i18n" in p)
+    language = next(entry for entry in i18n["languages"] if entry["locale"] == lang)
+    return language.get("nav_translations") or {}
+
+
+def chapter_map(lang: str, root: Path = ROOT) -> str:
+    """The home page's map of chapters, from the nav: one line per section, its pages linked in nav order."""
+    names = nav_translations(lang, root)
+    lines: list[str] = []
+    for label, page, depth in nav(root):
+        if page is None and depth == 0:
+            lines.append(f"- **{names.get(label, label)}**:")
+        elif page is not None and depth > 0:
+            sep = " " if lines[-1].endswith(":") else " · "
+            lines[-1] += f"{sep}[{names.get(label, label)}]({page})"
+    return "\n".join(lines)
