@@ -3,9 +3,10 @@
 and predict every DDP step from its measured parts."""
 # launch: python snippets/benchmark/ddp_benchmark.py
 # ranks: 2
+# uses-gpus: all
 # timeout: 150
 # output-varies: ^(\{.*\})$
-# output-varies: ^(  (?:single|DDP|DP) .*)$
+# output-varies: ^(  (?:single|DDP|DataParallel)\b.*)$
 # output-varies: ^(\s+\d+\s+\d+\s+\d.*)$
 # output-varies: ^(  world \d+: .*)$
 #
@@ -145,7 +146,10 @@ def train(model, cfg, width, device, rank=0, world=1):
         timer.mark()
     ms = timer.ms()
     names = [*PHASES, "step"]
-    times = torch.tensor([ms[k] for k in names], dtype=torch.float64)
+    # on the group's device: NCCL all-reduces CUDA tensors only
+    times = torch.tensor(
+        [ms[k] for k in names], dtype=torch.float64, device=device
+    )
     if world > 1:  # a step is as slow as its slowest rank
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
     return dict(zip(names, times.tolist()))
@@ -180,7 +184,9 @@ def bench_allreduce(
         if device.type == "cuda":
             torch.cuda.synchronize()
         sec = torch.tensor(
-            (time.perf_counter() - start) / iters, dtype=torch.float64
+            (time.perf_counter() - start) / iters,
+            dtype=torch.float64,
+            device=device,
         )
         dist.all_reduce(sec, op=dist.ReduceOp.MAX)
         algbw = size / sec.item() / 1e9
@@ -447,12 +453,7 @@ def environment(label: str, world_sizes: list[int]) -> dict:
         nccl=".".join(map(str, torch.cuda.nccl.version()))
         if cuda and dist.is_nccl_available()
         else None,
-        gpus=[
-            torch.cuda.get_device_name(i)
-            for i in range(torch.cuda.device_count())
-        ]
-        if cuda
-        else [],
+        gpus=[],  # gpu_names(), once the children are done
         cpu=cpu_model,
         cpu_count=os.cpu_count(),
         cpus_usable=len(os.sched_getaffinity(0)),
@@ -464,10 +465,20 @@ def environment(label: str, world_sizes: list[int]) -> dict:
     )
 
 
-def summarize(parts: list[dict], cfg: dict) -> tuple[list[dict], list]:
-    """One row per (model, mode, world size, bucket cap) with
-    the statistics, and the model's prediction for DDP rows;
-    the alpha-beta fit per world size."""
+def gpu_names() -> list[str]:
+    """Starts CUDA in this process: call it after the ranks
+    have run, so no context of ours sits on GPU 0 beside them."""
+    if not torch.cuda.is_available():
+        return []
+    return [
+        torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
+    ]
+
+
+def fits_per_world(parts: list[dict]) -> list[dict]:
+    """The alpha-beta fit of each world size's all-reduce
+    sweep, the link rate it implies, and whether
+    communication can overlap backward there."""
     fits = []
     for part in parts:
         n = part["world_size"]
@@ -479,66 +490,72 @@ def summarize(parts: list[dict], cfg: dict) -> tuple[list[dict], list]:
         # need the CPU cores that compute uses (a rank per core)
         overlap = part["backend"] == "nccl"
         fits.append(dict(fit, world_size=n, busbw_gbs=busbw, overlap=overlap))
-    fit_of = {f["world_size"]: f for f in fits}
-    rows = []
-    for part in parts:
-        for run in part["runs"]:
-            width, world = (
-                run["width"],
-                part["world_size"] if run["mode"] == "DDP" else 1,
-            )
-            params = cfg["depth"] * (width * width + width)
-            gb = cfg["global_batch"]
-            ms = run["ms"]["step"]
-            row = dict(
-                model=f"mlp {cfg['depth']}x{width}",
-                width=width,
-                params=params,
-                grad_mib=params * 4 / 2**20,
-                mode=run["mode"],
-                backend=part["backend"] if run["mode"] == "DDP" else "-",
-                device=part["device"],
-                world_size=world,
-                threads=run.get("threads", 1),
-                gpus=run.get("gpus"),
-                batch_per_rank=gb // world,
-                global_batch=gb,
-                step_ms=dict(
-                    median=statistics.median(ms),
-                    p10=pct(ms, 0.1),
-                    p90=pct(ms, 0.9),
-                ),
-                phases_ms={k: statistics.median(run["ms"][k]) for k in PHASES},
-                peak_mem_mib=run["mem"],
-                weights_match=run.get("weights_match"),
-            )
-            row["samples_per_s"] = gb / row["step_ms"]["median"] * 1e3
-            if run["mode"] == "DDP":
-                fit = fit_of[world]
-                compute = {
-                    k: statistics.median(run["compute_ms"][k]) for k in PHASES
-                }
-                serial, overlapped = (
-                    predict(compute, run["buckets"], fit, overlap)
-                    for overlap in (False, True)
-                )
-                model = overlapped if fit["overlap"] else serial
-                row.update(
-                    bucket_cap_mb=run["bucket_cap_mb"],
-                    compute_ms=sum(compute.values()),
-                    compute_phases_ms=compute,
-                    buckets=run["buckets"],
-                    predicted=dict(
-                        comm_ms=sum(
-                            allreduce_ms(b, fit) for b in run["buckets"]
-                        ),
-                        no_overlap_ms=serial,
-                        overlap_ms=overlapped,
-                        model_ms=model,
-                    ),
-                    model_error=model / row["step_ms"]["median"] - 1,
-                )
-            rows.append(row)
+    return fits
+
+
+def summary_row(part: dict, run: dict, cfg: dict) -> dict:
+    """One run's statistics: step time, phases,
+    throughput and memory, with what it trained."""
+    width, world = (
+        run["width"],
+        part["world_size"] if run["mode"] == "DDP" else 1,
+    )
+    params = cfg["depth"] * (width * width + width)
+    gb = cfg["global_batch"]
+    ms = run["ms"]["step"]
+    row = dict(
+        model=f"mlp {cfg['depth']}x{width}",
+        width=width,
+        params=params,
+        grad_mib=params * 4 / 2**20,
+        mode=run["mode"],
+        backend=part["backend"] if run["mode"] == "DDP" else "-",
+        device=part["device"],
+        world_size=world,
+        threads=run.get("threads", 1),
+        gpus=run.get("gpus"),
+        batch_per_rank=gb // world,
+        global_batch=gb,
+        step_ms=dict(
+            median=statistics.median(ms),
+            p10=pct(ms, 0.1),
+            p90=pct(ms, 0.9),
+        ),
+        phases_ms={k: statistics.median(run["ms"][k]) for k in PHASES},
+        peak_mem_mib=run["mem"],
+        weights_match=run.get("weights_match"),
+    )
+    row["samples_per_s"] = gb / row["step_ms"]["median"] * 1e3
+    return row
+
+
+def add_prediction(row: dict, run: dict, fit: dict) -> None:
+    """A DDP row: the model's step time, from the compute-only
+    run's phases, the buckets DDP built and the fit."""
+    compute = {k: statistics.median(run["compute_ms"][k]) for k in PHASES}
+    serial, overlapped = (
+        predict(compute, run["buckets"], fit, overlap)
+        for overlap in (False, True)
+    )
+    model = overlapped if fit["overlap"] else serial
+    row.update(
+        bucket_cap_mb=run["bucket_cap_mb"],
+        compute_ms=sum(compute.values()),
+        compute_phases_ms=compute,
+        buckets=run["buckets"],
+        predicted=dict(
+            comm_ms=sum(allreduce_ms(b, fit) for b in run["buckets"]),
+            no_overlap_ms=serial,
+            overlap_ms=overlapped,
+            model_ms=model,
+        ),
+        model_error=model / row["step_ms"]["median"] - 1,
+    )
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """Speedup over the same model on one device and one
+    thread, and efficiency: the speedup per worker."""
     for row in rows:
         base = next(
             r
@@ -554,6 +571,22 @@ def summarize(parts: list[dict], cfg: dict) -> tuple[list[dict], list]:
             else (row["gpus"] or row["threads"])
         )
         row["efficiency"] = row["speedup"] / workers
+
+
+def summarize(parts: list[dict], cfg: dict) -> tuple[list[dict], list]:
+    """One row per (model, mode, world size, bucket cap) with
+    the statistics, and the model's prediction for DDP rows;
+    the alpha-beta fit per world size."""
+    fits = fits_per_world(parts)
+    fit_of = {f["world_size"]: f for f in fits}
+    rows = []
+    for part in parts:
+        for run in part["runs"]:
+            row = summary_row(part, run, cfg)
+            if run["mode"] == "DDP":
+                add_prediction(row, run, fit_of[row["world_size"]])
+            rows.append(row)
+    add_speedups(rows)
     return rows, fits
 
 
@@ -678,9 +711,11 @@ def run(cfg: dict, machine: str = "") -> dict:
         parts = []
         # one launch per world size; world 1 also runs the single-device modes
         for world in world_sizes:
-            if world == 1:
+            if world == 1 and not gpus:
                 worker(0, 1, cfg, tmp)  # in this process: one start-up less
             else:
+                # with GPUs, world 1 too: CUDA never starts in this
+                # process, so no context of ours holds GPU memory
                 mp.spawn(
                     worker, args=(world, cfg, tmp), nprocs=world, join=True
                 )
@@ -688,6 +723,7 @@ def run(cfg: dict, machine: str = "") -> dict:
                 json.loads((Path(tmp) / f"world-{world}.json").read_text())
             )
     env["loadavg_end"] = os.getloadavg()[0]
+    env["gpus"] = gpu_names()
     runs, fits = summarize(parts, cfg)
     return dict(
         env=env,
