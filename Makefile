@@ -6,7 +6,7 @@ N ?= 20
 # make soak runs the snippets as make test does (three workers); SOAK_ARGS= runs them one at a time
 SOAK_ARGS ?= -n 3
 
-.PHONY: help serve test check lint build snippets outputs regen soak durations multinode sync-copies notebooks \
+.PHONY: help serve test changed check lint build snippets outputs regen soak durations multinode sync-copies notebooks \
 	notebooks-write gpu-check clean
 
 help:  ## this list
@@ -24,6 +24,11 @@ serve: $(BIN)/.installed  ## build and serve the site on http://127.0.0.1:8000
 # Three workers on two cores; guidekit/schedule.py decides what runs side by side, longest first (tests/durations.json).
 test: lint  ## lint, every snippet, then the site (strict build, parity, links, browser), multi-host tests
 	$(BIN)/python -m pytest -n 3
+
+# BASE: a git ref; what differs from it (commits since, and uncommitted work) decides what runs (guidekit/changed.py).
+BASE ?= main
+changed: lint  ## the per-change lane: source checks, the programs and pages a change touches, one strict build
+	$(BIN)/python -m pytest -n 3 --changed=$(BASE)
 
 check: lint  ## the fast lane before a commit: source-only tests (parity, includes, rules, guidekit), no runs, no build
 	$(BIN)/python -m pytest tests -q -m "not site and not runs and not browser and not notebooks"
