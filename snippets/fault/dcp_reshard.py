@@ -23,18 +23,20 @@ from torch.distributed.fsdp import fully_shard
 
 
 def init_mesh() -> DeviceMesh:
-    """A 1-D mesh over all ranks: CUDA if every
+    """A 1-D mesh over all ranks: CUDA (NCCL) if every
     local rank gets a GPU, else CPU (gloo)."""
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun
-    device_type = (
-        "cuda"
-        if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
-        else "cpu"
-    )
-    if device_type == "cuda":
-        torch.cuda.set_device(local_rank)
-    # also inits the process group
-    return init_device_mesh(device_type, (int(os.environ["WORLD_SIZE"]),))
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", local_rank)
+        # before init: else every rank also allocates on GPU 0
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    # the group first, with its backend: a mesh that creates it
+    # picks the machine's accelerator (NCCL) even for "cpu"
+    return init_device_mesh(device.type, (dist.get_world_size(),))
 
 
 # same as snippets/parallelism/_mesh.py:teardown_mesh
@@ -114,7 +116,8 @@ def load_unsharded(path: Path) -> nn.Module:
 def run(mesh: DeviceMesh, path: Path) -> None:
     rank = dist.get_rank()
     model, optimizer = sharded_model(mesh, seed=0)
-    model(torch.randn(4, 16, device=mesh.device_type)).sum().backward()
+    # drawn on the CPU, then moved: the same on any GPU
+    model(torch.randn(4, 16).to(mesh.device_type)).sum().backward()
     # AdamW now has sharded state (exp_avg, exp_avg_sq) to save too
     optimizer.step()
     save_sharded(model, optimizer, path)

@@ -16,13 +16,15 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
     rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        # before the mesh: it creates the process group
+        # before init: else every rank also allocates on GPU 0
         torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group()
-    # when there is no process group yet
-    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+        dist.init_process_group("gloo")
+    # the group first, with its backend: a mesh that creates it
+    # picks the machine's accelerator (NCCL) even for "cpu"
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return mesh, device
 
 

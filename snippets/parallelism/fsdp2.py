@@ -26,13 +26,15 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
     rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        # before the mesh: it creates the process group
+        # before init: else every rank also allocates on GPU 0
         torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group()
-    # when there is no process group yet
-    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+        dist.init_process_group("gloo")
+    # the group first, with its backend: a mesh that creates it
+    # picks the machine's accelerator (NCCL) even for "cpu"
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return mesh, device
 
 
@@ -95,8 +97,9 @@ def local_numel(tensors) -> int:
 
 def run(mesh: DeviceMesh, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
+    # the same global batch on every rank: drawn on the CPU, then moved
     torch.manual_seed(1)
-    x = torch.randn(64, 32, device=device)
+    x = torch.randn(64, 32).to(device)
     y = x[:, :8].sin()
     # each rank: its share of the batch
     x, y = x.chunk(world)[rank], y.chunk(world)[rank]
@@ -132,7 +135,13 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
             f"ranks; Adam state: {adam} per rank"
         )
     # --8<-- [end:memory]
+    mixed_precision(mesh, x, y)
+    full_state_dict(model, ddp, rank)
 
+
+def mixed_precision(mesh: DeviceMesh, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Parameters gathered and computed in bf16,
+    gradients reduced and stored in fp32."""
     # --8<-- [start:mixed]
     bf16 = MixedPrecisionPolicy(
         param_dtype=torch.bfloat16, reduce_dtype=torch.float32
@@ -146,6 +155,10 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
         assert p.dtype == p.grad.dtype == torch.float32
     # --8<-- [end:mixed]
 
+
+def full_state_dict(model: nn.Module, ddp: DDP, rank: int) -> None:
+    """The sharded model's full state dict, on rank 0's
+    CPU, loads into a plain model: DDP's weights."""
     # --8<-- [start:save]
     # gathered to rank 0 only, in CPU memory; a collective: every rank calls it
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)

@@ -20,13 +20,15 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
     rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        # before the mesh: it creates the process group
+        # before init: else every rank also allocates on GPU 0
         torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group()
-    # when there is no process group yet
-    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+        dist.init_process_group("gloo")
+    # the group first, with its backend: a mesh that creates it
+    # picks the machine's accelerator (NCCL) even for "cpu"
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return mesh, device
 
 
@@ -53,8 +55,9 @@ def main() -> None:
     rank, stages = dist.get_rank(), mesh.size()  # one stage per rank
     try:
         reference = make_model().to(device)
+        # the same batch on every rank: drawn on the CPU, then moved
         torch.manual_seed(1)
-        x = torch.randn(16, 32, device=device)
+        x = torch.randn(16, 32).to(device)
         y = x[:, :8].cos()
         loss_fn = nn.MSELoss()
 

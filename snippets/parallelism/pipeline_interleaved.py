@@ -20,13 +20,15 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
     rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        # before the mesh: it creates the process group
+        # before init: else every rank also allocates on GPU 0
         torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group()
-    # when there is no process group yet
-    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+        dist.init_process_group("gloo")
+    # the group first, with its backend: a mesh that creates it
+    # picks the machine's accelerator (NCCL) even for "cpu"
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return mesh, device
 
 
@@ -46,70 +48,72 @@ def stage_layers(model: nn.Sequential, rank: int, stages: int) -> nn.Sequential:
     return model[rank * n // stages : (rank + 1) * n // stages]
 
 
+def run(rank: int, ranks: int, device: torch.device) -> None:
+    reference = make_model().to(device)
+    # the same batch on every rank: drawn on the CPU, then moved
+    torch.manual_seed(1)
+    x = torch.randn(16, 32).to(device)
+    y = x[:, :8].cos()
+    loss_fn = nn.MSELoss()
+
+    # --8<-- [start:stages]
+    per_rank = 2  # virtual stages per rank
+    total = per_rank * ranks  # 4 stages for 2 ranks
+    # rank 0: 0, 2; rank 1: 1, 3
+    indices = [rank + k * ranks for k in range(per_rank)]
+    parts = [stage_layers(copy.deepcopy(reference), i, total) for i in indices]
+    stages = [
+        PipelineStage(part, stage_index=i, num_stages=total, device=device)
+        for part, i in zip(parts, indices)
+    ]
+    # a list of stages, not one stage: that
+    # is what changes from GPipe or 1F1B
+    schedule = ScheduleInterleaved1F1B(
+        stages, n_microbatches=4, loss_fn=loss_fn
+    )
+    # --8<-- [end:stages]
+
+    # --8<-- [start:step]
+    params = [p for part in parts for p in part.parameters()]
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    losses = []
+    if any(s.is_first for s in stages):
+        schedule.step(x)  # rank 0 holds stage 0
+    elif any(s.is_last for s in stages):
+        # rank 1 holds stage 3, the last
+        schedule.step(target=y, losses=losses)
+    optimizer.step()
+    # --8<-- [end:step]
+
+    # --8<-- [start:check]
+    # one process, the whole batch at once
+    reference_loss = loss_fn(reference(x), y)
+    reference_loss.backward()
+    torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    for part, i in zip(parts, indices):
+        for p, ref in zip(
+            part.parameters(),
+            stage_layers(reference, i, total).parameters(),
+        ):
+            # the same update, stage by stage
+            torch.testing.assert_close(p, ref)
+    if losses:
+        # equal micro-batches: the mean of the means
+        loss = torch.stack(losses).mean()
+        torch.testing.assert_close(loss, reference_loss)
+        print(
+            f"{ranks} ranks x {per_rank} stages, {len(losses)} "
+            "micro-batches: loss "
+            f"{loss.item():.6f} == one process "
+            f"{reference_loss.item():.6f}; updated weights equal"
+        )
+    # --8<-- [end:check]
+
+
 def main() -> None:
     mesh, device = setup_mesh()
-    rank, ranks = dist.get_rank(), mesh.size()
     try:
-        reference = make_model().to(device)
-        torch.manual_seed(1)
-        x = torch.randn(16, 32, device=device)
-        y = x[:, :8].cos()
-        loss_fn = nn.MSELoss()
-
-        # --8<-- [start:stages]
-        per_rank = 2  # virtual stages per rank
-        total = per_rank * ranks  # 4 stages for 2 ranks
-        # rank 0: 0, 2; rank 1: 1, 3
-        indices = [rank + k * ranks for k in range(per_rank)]
-        parts = [
-            stage_layers(copy.deepcopy(reference), i, total) for i in indices
-        ]
-        stages = [
-            PipelineStage(part, stage_index=i, num_stages=total, device=device)
-            for part, i in zip(parts, indices)
-        ]
-        # a list of stages, not one stage: that
-        # is what changes from GPipe or 1F1B
-        schedule = ScheduleInterleaved1F1B(
-            stages, n_microbatches=4, loss_fn=loss_fn
-        )
-        # --8<-- [end:stages]
-
-        # --8<-- [start:step]
-        params = [p for part in parts for p in part.parameters()]
-        optimizer = torch.optim.SGD(params, lr=0.1)
-        losses = []
-        if any(s.is_first for s in stages):
-            schedule.step(x)  # rank 0 holds stage 0
-        elif any(s.is_last for s in stages):
-            # rank 1 holds stage 3, the last
-            schedule.step(target=y, losses=losses)
-        optimizer.step()
-        # --8<-- [end:step]
-
-        # --8<-- [start:check]
-        # one process, the whole batch at once
-        reference_loss = loss_fn(reference(x), y)
-        reference_loss.backward()
-        torch.optim.SGD(reference.parameters(), lr=0.1).step()
-        for part, i in zip(parts, indices):
-            for p, ref in zip(
-                part.parameters(),
-                stage_layers(reference, i, total).parameters(),
-            ):
-                # the same update, stage by stage
-                torch.testing.assert_close(p, ref)
-        if losses:
-            # equal micro-batches: the mean of the means
-            loss = torch.stack(losses).mean()
-            torch.testing.assert_close(loss, reference_loss)
-            print(
-                f"{ranks} ranks x {per_rank} stages, {len(losses)} "
-                "micro-batches: loss "
-                f"{loss.item():.6f} == one process "
-                f"{reference_loss.item():.6f}; updated weights equal"
-            )
-        # --8<-- [end:check]
+        run(dist.get_rank(), mesh.size(), device)
     finally:
         dist.destroy_process_group()
 

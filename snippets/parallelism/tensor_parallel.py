@@ -26,13 +26,15 @@ def setup_mesh() -> tuple[DeviceMesh, torch.device]:
     rank can have one, else CPU (gloo)."""
     if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        # before the mesh: it creates the process group
+        # before init: else every rank also allocates on GPU 0
         torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-    # init_device_mesh calls init_process_group()
-    # when there is no process group yet
-    mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+        dist.init_process_group("gloo")
+    # the group first, with its backend: a mesh that creates it
+    # picks the machine's accelerator (NCCL) even for "cpu"
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return mesh, device
 
 
@@ -63,7 +65,8 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     world = mesh.size()
     torch.manual_seed(0)  # the same weights and inputs on every rank
     reference = MLP().to(device)
-    x = torch.randn(8, 16, device=device, requires_grad=True)
+    # drawn on the CPU, then moved: the same on any GPU
+    x = torch.randn(8, 16).to(device).requires_grad_()
 
     # --8<-- [start:parallelize]
     model = parallelize_module(
@@ -107,7 +110,6 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
         )
 
 
-# same as snippets/parallelism/fsdp2.py:main
 def main() -> None:
     mesh, device = setup_mesh()
     try:
