@@ -6,15 +6,13 @@ import re
 import sys
 
 import pytest
-import yaml
 
 from guidekit import ROOT
 from guidekit.pages import LANGS, chapter_map, nav, nav_translations, page_files, pages, url_path
 from guidekit.spec import all_snippets
 
 sys.path.insert(0, str(ROOT / "theme" / "hooks"))
-import chapter_map as chapter_map_hook  # hooks, imported as MkDocs imports them: their folder on the path
-import verified_table
+import verified_table  # a hook, imported as MkDocs imports it: its folder on the path
 
 HOME = "index.md"
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
@@ -32,10 +30,6 @@ QUESTIONS = [
     "scaling/compile.md",  # faster steps, longer sequences
     "fault-tolerance.md",  # survive a failure
 ]
-
-
-def mkdocs_config() -> dict:
-    return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
 
 
 def nav_pages() -> list[str]:
@@ -58,8 +52,8 @@ def links(markdown: str) -> list[str]:
 def test_the_map_links_every_page_of_the_nav_in_its_order(lang):
     """On a phone the sidebar hides behind a button: the home page's map is the only map, so it misses no page
     (the error index and the glossary included) and lists them in the reading order of the nav. The map is made
-    from the nav by a hook (theme/hooks/chapter_map.py): the page holds only its placeholder."""
-    assert section(lang, "chapters").strip() == chapter_map_hook.PLACEHOLDER
+    from the nav by a Markdown extension (guidekit/markdown.py): the page holds only its placeholder."""
+    assert section(lang, "chapters").strip() == f"<!-- chapter-map {lang} -->"
     listed = list(dict.fromkeys(links(chapter_map(lang))))
     expected = [page for page in nav_pages() if page != HOME]
     assert listed == expected, (
@@ -84,7 +78,6 @@ def test_both_languages_ask_the_same_questions():
 def test_the_nav_follows_the_reading_order_and_ends_with_the_conclusion():
     """Every page is in the nav once, the conclusion last (a reader who follows "next" never finds chapters after
     the end), and every Korean label has its English name."""
-    config = mkdocs_config()
     entries = nav()
     listed = [page for _, page, _ in entries if page]
     assert listed[0] == HOME and listed[-1] == "conclusion.md", listed
