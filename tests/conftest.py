@@ -74,8 +74,8 @@ def built_site(tmp_path_factory):
 
 
 # Debian's headless shell: the same Blink and V8 as its chromium, without the browser UI; Playwright too runs headless
-# tests on a headless shell (https://playwright.dev/docs/browsers#chromium-headless-shell). Measured here: the browser
-# tests cost 76 CPU-seconds with it, 89 with the full chromium in its new headless mode.
+# tests on a headless shell (https://playwright.dev/docs/browsers#chromium-headless-shell); it costs the browser tests
+# less CPU than the full chromium in its new headless mode (tests/MEASUREMENTS.md).
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium-headless-shell")
 CHROMIUM_ARGS = [
     "--no-sandbox",

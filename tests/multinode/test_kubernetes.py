@@ -108,7 +108,7 @@ def test_pods_train_across_two_hosts(bed, recording):
     Kubernetes sets them, and it runs the container's command from the manifest (torchrun from this
     interpreter's environment, as an image has it on PATH), adapted to nodes without GPUs as the page says, with
     one worker a pod: what the manifest decides (node rank, pod 0's name, the port) is the same for any number of
-    workers, and two a pod would cost the two-core machine 6 CPU-seconds. train_torchrun.py asserts that the loss
+    workers, and a second worker a pod would only add another torch start-up on the two-core machine. train_torchrun.py asserts that the loss
     fell and that the replicas are bit-identical; rank 0, on pod 0, says so."""
     (container,) = on_cpu_nodes(JOB, workers=1)["spec"]["template"]["spec"]["containers"]
     command = container["command"]

@@ -6,9 +6,9 @@ opens it into an empty cache, and checked for all that a page must be:
 - (Korean) no word is broken across lines at 1280 px (guidekit/code_layout.py);
 - no code block scrolls sideways at 1280 px, with every collapsed block open and every tab shown;
 - axe-core finds no WCAG 2.1 A/AA violation, light and dark, desktop and phone (guidekit/accessibility.py).
-One page load does all of it (a load costs Chromium about 0.85 CPU-seconds, and every view after it a new layout of
-thousands of highlighted code spans): the browser modules cost 236 CPU-seconds with three passes, 171 with one
-(tests/MEASUREMENTS.md). A page's problems are reported together, whichever check finds them.
+One page load does all of it: a load, and every view after it a new layout of thousands of highlighted code spans,
+is most of what the browser tests cost (tests/MEASUREMENTS.md). A page's problems are reported together, whichever
+check finds them.
 """
 
 import json
@@ -51,7 +51,7 @@ def annotated(lang: str, name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def tab(browser, base_url):
-    """One tab for every page (a context per page would start a renderer each time, 0.2 CPU-seconds), its HTTP cache
+    """One tab for every page (a context per page would start a renderer each time), its HTTP cache
     off, so each page arrives whole as into an empty cache; axe-core in every page it opens."""
     v = Visit(browser, base_url, viewport=DESKTOP)
     v.context.add_init_script(axe_core())
