@@ -19,7 +19,8 @@ parallel_model = nn.DataParallel(model)
 # --8<-- [end:model]
 
 # --8<-- [start:forward]
-inputs = torch.randn(100, 10, device=device)
+# drawn on the CPU, then moved: the same numbers with or without a GPU
+inputs = torch.randn(100, 10).to(device)
 # split along dim 0 across GPUs, gathered on cuda:0
 outputs = parallel_model(inputs)
 print("device_ids:", parallel_model.device_ids)  # [] without CUDA
@@ -65,8 +66,8 @@ assert parallel_model.module is model  # DP trains the module you passed in
 with torch.no_grad():
     # same function
     torch.testing.assert_close(parallel_model(inputs), model(inputs))
-    # round-trip
-    torch.testing.assert_close(fresh(inputs.cpu()), model(inputs).cpu())
+    # round-trip; compared where the model runs
+    torch.testing.assert_close(fresh.to(device)(inputs), model(inputs))
 if not torch.cuda.is_available():
     assert parallel_model.device_ids == []  # no CUDA: DP just calls the module
 # --8<-- [end:checks]

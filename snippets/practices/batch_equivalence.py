@@ -96,8 +96,9 @@ def ddp_matches_big_batch(
 
     global_batch = global_batch_size(per_rank, world, accum_steps)
     for _ in range(steps):
-        x = torch.randn(global_batch, 8, device=device)
-        y = torch.randn(global_batch, 1, device=device)
+        # drawn on the CPU, then moved: the same on any GPU
+        x = torch.randn(global_batch, 8).to(device)
+        y = torch.randn(global_batch, 1).to(device)
 
         # one process, one big batch
         ref_opt.zero_grad()

@@ -94,9 +94,10 @@ def compare(device: torch.device) -> None:
         nn.Tanh(),
         nn.Linear(64, 4),
     ).to(device)
-    # global batch: 2 ranks x 4 micro-batches x 8
-    x = torch.randn(world * steps * 8, 16, device=device)
-    y = torch.randn(len(x), 4, device=device)
+    # global batch: 2 ranks x 4 micro-batches x 8; drawn
+    # on the CPU, then moved: the same on any GPU
+    x = torch.randn(world * steps * 8, 16).to(device)
+    y = torch.randn(len(x), 4).to(device)
 
     # one process, one step over the whole global batch
     reference = copy.deepcopy(net)

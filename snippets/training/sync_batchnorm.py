@@ -34,9 +34,9 @@ def run(device: torch.device) -> None:
         nn.BatchNorm2d(3), nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)
     ).to(device)
     one_gpu, local_bn = copy.deepcopy(net), copy.deepcopy(net)
-    # 2 images per GPU
+    # 2 images per GPU; drawn on the CPU, then moved: the same on any GPU
     batches = [
-        torch.randn(world * 2, 3, 16, 16, device=device) + i for i in range(3)
+        torch.randn(world * 2, 3, 16, 16).to(device) + i for i in range(3)
     ]
 
     model = DDP(

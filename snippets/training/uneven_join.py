@@ -64,12 +64,13 @@ def what_join_computes(model: nn.Module, world: int, lr: float) -> nn.Module:
     """One process replaying the run: at each step, the sum of the
     gradients of the ranks still running, divided by the initial
     world size (Join's default, divide_by_initial_world_size=True)."""
+    device = next(model.parameters()).device  # where DDP trains
     data = [batches_of(r) for r in range(world)]
     for step in range(max(map(len, data))):
         model.zero_grad()
         for rank_batches in data:
             if step < len(rank_batches):
-                inputs, targets = rank_batches[step]
+                inputs, targets = (t.to(device) for t in rank_batches[step])
                 # grads add up
                 (
                     nn.functional.mse_loss(model(inputs), targets) / world
@@ -87,7 +88,8 @@ def run(device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
-    expected = what_join_computes(copy.deepcopy(net), world, lr=0.1)
+    # the reference runs on this rank's device: one kind of arithmetic
+    expected = what_join_computes(copy.deepcopy(net).to(device), world, lr=0.1)
 
     model = DDP(
         net.to(device),
@@ -103,9 +105,7 @@ def run(device: torch.device) -> None:
     dist.all_gather(replicas, mine)
     # replicas still identical
     assert all(torch.equal(replicas[0], r) for r in replicas)
-    want = torch.cat(
-        [p.detach().flatten() for p in expected.parameters()],
-    ).to(device)
+    want = torch.cat([p.detach().flatten() for p in expected.parameters()])
     torch.testing.assert_close(mine, want)
     everyone: list = [None] * world
     dist.all_gather_object(everyone, steps)
