@@ -100,26 +100,26 @@ def measured(hook, records: list):
 
 
 def train(
-    model: DDP, records: list, device: torch.device
+    model: DDP, records: list, device: torch.device, steps: int = STEPS
 ) -> list[tuple[torch.Tensor, ...]]:
     """SGD steps on this rank's batches; per step: every
     rank's gradient and the averaged one DDP applied."""
     # every variant sees the same batches; each rank its own
     torch.manual_seed(1 + dist.get_rank())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    steps = []
-    for _ in range(STEPS):
+    per_step = []
+    for _ in range(steps):
         x = torch.randn(16, 128, device=device)
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), x[:, :16].sin()).backward()
         optimizer.step()
         # bucket order, whatever order they completed in
         records.sort(key=lambda record: record[0])
-        steps.append(
+        per_step.append(
             tuple(torch.cat(parts, dim=-1) for parts in list(zip(*records))[1:])
         )
         records.clear()
-    return steps
+    return per_step
 
 
 # --8<-- [start:bytes]

@@ -257,7 +257,6 @@ def run(device: torch.device) -> None:
             )
 
 
-# same as snippets/scaling/ring_attention.py:main
 def main() -> None:
     device = setup()
     try:
