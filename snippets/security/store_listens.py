@@ -2,6 +2,7 @@
 interface; handing it a socket you bound keeps it there."""
 # launch: python snippets/security/store_listens.py
 # output-varies: (?:port |:)(\d+)
+# output-varies: (?:to |, )(\d+(?:\.\d+){3}):
 
 import datetime
 import ipaddress
