@@ -31,17 +31,16 @@ def pytest_addoption(parser):
 
 def scope_of(nodeid: str) -> str:
     """The unit of scheduling: a test module, or a snippet of its own; the snippets that will use GPUs all share one
-    scope, so they run one at a time. A program uses GPUs when it requires them or when every one of its ranks can
-    have a GPU of its own (its setup() then picks NCCL); with more ranks than GPUs it runs on CPUs with gloo, and
-    runs beside the others (a GPU box's CPU cores are many)."""
+    scope, so they run one at a time. A program uses GPUs when it requires them, when it declares that it uses every
+    GPU there is (`# uses-gpus: all`), or when every one of its ranks can have a GPU of its own (its setup() then
+    picks NCCL): Spec.on_gpus. With more ranks than GPUs it runs on CPUs with gloo, and runs beside the others (a GPU
+    box's CPU cores are many)."""
     path = nodeid.split("::")[0]
     if not path.startswith("snippets/"):
         return path
     devices = cuda_devices()
-    if devices:
-        spec = parse_spec(ROOT / path)
-        if spec.gpus or spec.world_size <= devices:
-            return "gpus"
+    if devices and parse_spec(ROOT / path, ROOT).on_gpus(devices):
+        return "gpus"
     return nodeid
 
 

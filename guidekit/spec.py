@@ -4,9 +4,16 @@ Declarations are comment lines near the top of a snippet:
 
     # launch: torchrun --standalone --nproc-per-node=2 snippets/ddp/train_torchrun.py
     # requires: gpus=2        ('cuda' or 'gpus=N'; absent: runs on CPU)
+    # uses-gpus: all          (needs none, but uses every GPU the machine has, e.g. device_count() processes)
+    # inductor: gpus          (compiles with Inductor where its ranks use GPUs; 'always': on CPUs too)
     # ranks: 2                (only for a `python` launch that starts its own ranks, e.g. with mp.spawn)
     # timeout: 180            (seconds; default 120)
     # output-varies / output-excerpt: how its printed output is compared (guidekit/outputs.py)
+
+`uses-gpus: all` puts the program with the GPU programs on any machine with a GPU (guidekit/schedule.py), so it never
+shares a GPU with another program; `Spec.on_gpus(n)` says whether a program uses GPUs on a machine with n of them.
+`inductor:` lets the runner check Inductor's build needs (a C compiler, Python's headers) before the program starts
+there, and fail with what is missing (guidekit/machine.py) instead of a compile error deep in the program's output.
 """
 
 from __future__ import annotations
@@ -26,8 +33,12 @@ from guidekit.outputs import OutputRules
 
 DEFAULT_TIMEOUT_S = 120
 HEADER_LINES = 40  # declarations must appear this close to the top
-DECLARATION = re.compile(r"^#\s*(launch|requires|ranks|timeout|output-varies|output-excerpt):\s*(.+?)\s*$")
+DECLARATION = re.compile(
+    r"^#\s*(launch|requires|uses-gpus|inductor|ranks|timeout|output-varies|output-excerpt):\s*(.+?)\s*$"
+)
 REPEATABLE = ("output-varies", "output-excerpt")
+USES_GPUS = ("all",)  # the values `# uses-gpus:` takes
+INDUCTOR = ("gpus", "always")  # the values `# inductor:` takes
 TORCHRUN_INT_OPTION = r"--{}[= ](\d+)"
 
 
@@ -39,10 +50,23 @@ class Spec:
     world_size: int  # processes that join the job (ranks)
     timeout_s: float
     output: OutputRules = field(default_factory=OutputRules)
+    uses_all_gpus: bool = False  # `# uses-gpus: all`
+    inductor: str = ""  # `# inductor:` gpus | always | '' (does not compile with Inductor)
 
     @property
     def command(self) -> str:
         return shlex.join(self.launch)
+
+    def on_gpus(self, devices: int) -> bool:
+        """Whether the program uses GPUs on a machine with `devices` of them: it requires them, it uses every GPU
+        there is, or every one of its ranks can have a GPU of its own (its setup() then picks NCCL)."""
+        if not devices:
+            return False
+        return bool(self.gpus or self.uses_all_gpus or self.world_size <= devices)
+
+    def needs_inductor(self, devices: int) -> bool:
+        """Whether the program compiles with Inductor on a machine with `devices` GPUs."""
+        return self.inductor == "always" or (self.inductor == "gpus" and self.on_gpus(devices))
 
 
 def _torchrun_option(launch: list[str], name: str) -> int | None:
@@ -76,6 +100,12 @@ def parse_spec(path: Path, root: Path = ROOT) -> Spec:
         gpus = 0
     else:
         raise ValueError(f"{rel}: unknown '# requires: {requires}' (use 'cuda' or 'gpus=N')")
+    uses_gpus = found.get("uses-gpus", "")
+    if uses_gpus and uses_gpus not in USES_GPUS:
+        raise ValueError(f"{rel}: unknown '# uses-gpus: {uses_gpus}' (use 'all')")
+    inductor = found.get("inductor", "")
+    if inductor and inductor not in INDUCTOR:
+        raise ValueError(f"{rel}: unknown '# inductor: {inductor}' (use 'gpus' or 'always')")
     if launch[0] == "torchrun":
         if "ranks" in found:
             raise ValueError(f"{rel}: '# ranks:' is for python launches; torchrun's options give the ranks")
@@ -89,7 +119,8 @@ def parse_spec(path: Path, root: Path = ROOT) -> Spec:
             raise ValueError(f"{rel}: '# output-excerpt: {excerpt}' must be '<name> <regex>'")
         excerpts.append((name, re.compile(regex.strip())))
     rules = OutputRules(tuple(map(re.compile, repeated["output-varies"])), tuple(excerpts))
-    return Spec(rel, launch, gpus, world_size, float(found.get("timeout", DEFAULT_TIMEOUT_S)), rules)
+    timeout = float(found.get("timeout", DEFAULT_TIMEOUT_S))
+    return Spec(rel, launch, gpus, world_size, timeout, rules, uses_gpus == "all", inductor)
 
 
 # Ports for MASTER_PORT lie below Linux's ephemeral range (32768-60999), where no bind(0) or connect() of a
@@ -122,10 +153,23 @@ def launch_command(spec: Spec, port: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
+# Variables a GPU box's environment may set that change torch's TF32 defaults: NGC's PyTorch containers set
+# TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which starts torch with float32_matmul_precision "high" (TF32 in fp32 matmuls;
+# ATen/Context.h), and NVIDIA_TF32_OVERRIDE=0 turns TF32 off inside cuBLAS and cuDNN, below torch. The programs'
+# fp32 tolerances assume torch's own defaults, so the runner removes both (its pytest header says which it found).
+TF32_OVERRIDES = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")
+
+
+def tf32_overrides(environ=os.environ) -> dict[str, str]:
+    """The TF32 overrides set in `environ` (and so removed for the programs)."""
+    return {name: environ[name] for name in TF32_OVERRIDES if name in environ}
+
+
 def launch_env(port: int) -> dict[str, str]:
-    """This environment, plus what every launched program gets: a rendezvous on `port`, one thread a rank."""
+    """This environment, less the TF32 overrides, plus what every launched program gets: a rendezvous on `port`,
+    one thread a rank."""
     return {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if name not in TF32_OVERRIDES},
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": "1",  # one thread per rank: ranks share few cores

@@ -1,8 +1,6 @@
 """Decisions the machinery makes from the machine, with the device count faked: where programs may share GPUs, and
 what the manifest says a run used."""
 
-import json
-
 import pytest
 
 from guidekit import machine, runner, schedule
@@ -31,8 +29,7 @@ def test_programs_that_would_use_gpus_run_one_at_a_time(gpus, n):
     put ranks on one device. Programs with more ranks than GPUs run on CPUs with gloo, each a scope of its own."""
     gpus(n)
     programs = {  # ranks
-        "data_parallel/basic": 1,
-        "ddp/train_spawn": 2,
+        "ddp/train_torchrun": 2,
         "launch/two_nodes": 2,
         "debugging/flight_recorder": 3,
         "large_models/mesh_fsdp_tp": 4,
@@ -43,6 +40,36 @@ def test_programs_that_would_use_gpus_run_one_at_a_time(gpus, n):
     required = "snippets/practices/amp_fp16_cuda.py::amp_fp16_cuda"  # requires: cuda
     assert schedule.scope_of(required) == "gpus"
     assert schedule.scope_of("tests/site/test_site.py::test_x") == "tests/site/test_site.py"
+
+
+def planted(tmp_path, monkeypatch, name: str, header: str) -> str:
+    """A program under a scratch root that the scheduler reads; its node id."""
+    path = tmp_path / "snippets" / "x" / f"{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{header}\nprint('ok')\n")
+    monkeypatch.setattr(schedule, "ROOT", tmp_path)
+    return f"snippets/x/{name}.py::{name}"
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 8])
+def test_a_program_that_uses_every_gpu_runs_with_the_gpu_programs_wherever_there_is_one(gpus, tmp_path, monkeypatch, n):
+    """`# uses-gpus: all` (mp.spawn of device_count() processes, DataParallel over every GPU): on a 1-GPU box its two
+    declared ranks outnumber the GPUs, yet it uses cuda:0, so it must not run beside the GPU scope."""
+    gpus(n)
+    spawn = planted(tmp_path, monkeypatch, "spawns", "# ranks: 2\n# uses-gpus: all")
+    plain = planted(tmp_path, monkeypatch, "plain", "# ranks: 2")
+    assert schedule.scope_of(spawn) == ("gpus" if n else spawn)
+    assert schedule.scope_of(plain) == ("gpus" if n >= 2 else plain)
+
+
+@pytest.mark.parametrize("program", ["ddp/train_spawn", "benchmark/ddp_benchmark", "data_parallel/basic"])
+def test_the_programs_that_use_every_gpu_say_so(program):
+    """The review's finding (gpu-readiness, 1b): train_spawn starts device_count() processes, the benchmark
+    min(max_world, GPUs), DataParallel spreads over every visible GPU; none of them requires a GPU."""
+    from guidekit import ROOT
+    from guidekit.spec import parse_spec
+
+    assert parse_spec(ROOT / "snippets" / f"{program}.py").uses_all_gpus, f"{program}: add '# uses-gpus: all'"
 
 
 def test_no_gpu_device_file_means_no_gpu_without_importing_torch(monkeypatch):
@@ -93,29 +120,3 @@ def test_simulated_nodes_never_share_a_gpu(gpus, nodes, per_node, expected):
     assert visible == expected
     used = [gpu for v in visible if v for gpu in v.split(",")]
     assert len(used) == len(set(used)), "two nodes see the same GPU"
-
-
-@pytest.mark.parametrize("dry_run", [True, False])
-def test_gpu_check_runs_every_program_then_the_benchmark_and_gathers_them(gpus, monkeypatch, tmp_path, dry_run):
-    """`make gpu-check`'s steps, their commands only (the steps themselves run on the GPU machine): every program,
-    several at a time, recorded unless a dry run; the benchmark's full sweep unless a dry run; the recordings copied
-    into the folder to commit."""
-    from guidekit import gpu_check
-
-    gpus(0)
-    commands = []
-
-    def run(cmd, log, timeout):
-        commands.append(cmd)
-        return {"command": " ".join(cmd), "exit": 0, "seconds": 0.0, "log": log.name}
-
-    monkeypatch.setattr(gpu_check, "run", run)
-    monkeypatch.setattr(gpu_check, "gpu_label", lambda: "cpu")
-    out = tmp_path / "gpu-check"
-    assert gpu_check.main(["--out", str(out), *(["--dry-run"] if dry_run else [])]) == 0
-    programs, benchmark = commands
-    assert programs[programs.index("pytest") + 1] == "snippets" and "-n" in programs
-    assert ("--no-output-check" in programs) == dry_run and ("--record-output" in programs) != dry_run
-    assert benchmark[1].endswith("snippets/benchmark/ddp_benchmark.py") and ("--full" in benchmark) != dry_run
-    assert (out / "recordings" / "manifest.json").is_file() != dry_run
-    assert json.loads((out / "summary.json").read_text())["steps"].keys() == {"programs", "benchmark"}
