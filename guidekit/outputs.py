@@ -1,9 +1,11 @@
 r"""Recorded outputs: what each snippet printed on its last recorded run, and where and with what it ran.
 
-``make outputs`` runs every snippet and writes its standard output to ``recordings/<platform>/<path>.txt``
-(platform ``cpu`` or ``cuda``: the kind of machine it ran on) and one line per snippet to
-``recordings/manifest.json``. Pages include recordings the way they include code; every later run compares
-what the snippet prints with its recording, after the normalisation the snippet declares (guidekit/spec.py):
+``make outputs`` runs every snippet and writes its standard output to ``recordings/<platform>/<path>.txt`` and one
+line per snippet to ``recordings/manifest.json``. The platform is the kind of machine it ran on: ``cpu``, or
+``cuda-<n>`` on a box of n GPUs (guidekit/machine.py), so that the text an 8-GPU box prints (NCCL where a 1-GPU box
+falls back to gloo, eight processes where it starts one) never overwrites a 1-GPU box's. Pages include recordings
+the way they include code; every later run compares what the snippet prints with its recording, after the
+normalisation the snippet declares (guidekit/spec.py):
 
     # output-varies: port (\\d+)               (a regex; each group, or the whole match, may differ between runs)
     # output-excerpt: timeout ^all_reduce:    (section `timeout`: the first to the last line matching the regex)
@@ -13,14 +15,16 @@ order, and under torchrun (`python -u`) their lines can even mix mid-line: a pro
 in rank order. An excerpt becomes a named section of the recording, so a page can include
 ``recordings/cpu/x/y.txt:timeout``.
 
-Recordings are made with the newest torch CI tests. An older torch may print other text (torch 2.10's gloo writes
-"[Gloo] Rank 0 is connected to 1 peer ranks" from every rank at once, mixed into the program's lines), so the run
-on the oldest torch passes `--no-output-check`.
+Recordings are made with the newest torch CI tests, and the manifest says which torch made each. A run on another
+torch may print other text (torch 2.10's gloo writes "[Gloo] Rank 0 is connected to 1 peer ranks" from every rank
+at once, mixed into the program's lines): the runner then shows the difference, names both versions and passes the
+program on its own asserts (guidekit/runner.py); on the recording's own torch any difference fails.
 """
 
 from __future__ import annotations
 
 import difflib
+import fcntl
 import json
 import re
 from dataclasses import dataclass, field
@@ -32,8 +36,25 @@ from guidekit.sections import SECTION_MARKER, marker
 OUTPUTS = Path("recordings")  # relative to the repository root: everything a page shows as output
 MULTINODE = OUTPUTS / "multinode"  # what the multi-host tests' programs printed (root only)
 MANIFEST = "manifest.json"
-PLATFORMS = ("cpu", "cuda")
+CPU = "cpu"
+GPU_PLATFORM = re.compile(r"cuda-([1-9]\d*)")  # cuda-<n>: a box of n GPUs
+ANY_GPU = "cuda"  # read_manifest's view of every GPU platform together (never written)
 VARIES = "…"
+
+
+def is_platform(name: str) -> bool:
+    return name == CPU or GPU_PLATFORM.fullmatch(name) is not None
+
+
+def gpu_count(platform: str) -> int:
+    """cuda-8 -> 8; cpu -> 0."""
+    found = GPU_PLATFORM.fullmatch(platform)
+    return int(found[1]) if found else 0
+
+
+def platform_order(platforms) -> list[str]:
+    """cpu first, then the GPU boxes by their number of GPUs."""
+    return sorted(set(platforms), key=lambda name: (name != CPU, gpu_count(name), name))
 
 
 @dataclass(frozen=True)
@@ -62,9 +83,16 @@ def header_path(platform: str, root: Path = ROOT) -> Path:
     return root / OUTPUTS / platform / "_pytest_header.txt"
 
 
+def recorded_platforms(root: Path = ROOT) -> list[str]:
+    """The platforms with a folder of recordings: cpu, cuda-1, cuda-8 ..."""
+    folder = root / OUTPUTS
+    found = [p.name for p in folder.iterdir() if p.is_dir() and is_platform(p.name)] if folder.is_dir() else []
+    return platform_order(found)
+
+
 def recordings(root: Path = ROOT) -> list[Path]:
     """Every recording of a snippet's output (the runner's header is not one)."""
-    found = (p for platform in PLATFORMS for p in (root / OUTPUTS / platform).rglob("*.txt"))
+    found = (p for platform in recorded_platforms(root) for p in (root / OUTPUTS / platform).rglob("*.txt"))
     return sorted(p for p in found if not p.name.startswith("_"))
 
 
@@ -126,21 +154,58 @@ def difference(recording: str, stdout: str, rules: OutputRules) -> str:
 
 
 # The manifest: platform -> snippet -> what the last recorded run was.
+def _stored(text: str) -> dict[str, dict[str, dict]]:
+    found = json.loads(text) if text.strip() else {}
+    stored = {name: runs for name, runs in found.items() if is_platform(name)}
+    stored.setdefault(CPU, {})
+    return {name: stored[name] for name in platform_order(stored)}
+
+
+def any_gpu(manifest: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """snippet -> its run on the GPU box with the most GPUs where it passed, else its entry on the largest box."""
+    view: dict[str, dict] = {}
+    for platform in sorted((p for p in manifest if GPU_PLATFORM.fullmatch(p)), key=gpu_count):
+        for snippet, entry in manifest[platform].items():
+            if entry.get("outcome") == "passed" or view.get(snippet, {}).get("outcome") != "passed":
+                view[snippet] = entry
+    return view
+
+
 def read_manifest(root: Path = ROOT) -> dict[str, dict[str, dict]]:
+    """platform -> snippet -> entry, for 'cpu' (always there) and each 'cuda-<n>' recorded, plus ANY_GPU ('cuda'):
+    every GPU box's runs as one (any_gpu), for a page that asks whether a program has run on a GPU at all."""
     path = root / OUTPUTS / MANIFEST
-    found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return {platform: found.get(platform, {}) for platform in PLATFORMS}
+    manifest = _stored(path.read_text(encoding="utf-8") if path.is_file() else "")
+    return {**manifest, ANY_GPU: any_gpu(manifest)}
+
+
+def gpu_platforms(manifest: dict[str, dict[str, dict]]) -> list[str]:
+    """The GPU boxes a manifest has runs of, fewest GPUs first."""
+    return [p for p in platform_order(manifest) if GPU_PLATFORM.fullmatch(p)]
+
+
+def manifest_text(manifest: dict[str, dict[str, dict]]) -> str:
+    blocks = []
+    for platform in platform_order(manifest):
+        rows = [f"  {json.dumps(path)}: {json.dumps(entry)}" for path, entry in sorted(manifest[platform].items())]
+        blocks.append(f" {json.dumps(platform)}: {{" + ("\n" + ",\n".join(rows) + "\n " if rows else "") + "}")
+    return "{\n" + ",\n".join(blocks) + "\n}\n"
 
 
 def write_manifest(entries: dict[str, dict[str, dict]], root: Path = ROOT) -> None:
-    """Merge `entries` (platform -> snippet -> entry) into the committed manifest, one line per snippet."""
-    manifest = read_manifest(root)
-    for platform, runs in entries.items():
-        manifest[platform].update(runs)
-    blocks = []
-    for platform in PLATFORMS:
-        rows = [f"  {json.dumps(path)}: {json.dumps(entry)}" for path, entry in sorted(manifest[platform].items())]
-        blocks.append(f" {json.dumps(platform)}: {{" + ("\n" + ",\n".join(rows) + "\n " if rows else "") + "}")
+    """Merge `entries` (platform -> snippet -> entry) into the committed manifest, one line per snippet. Several
+    runs may record at once (`make gpu-check` runs programs side by side, each run writes as each program ends):
+    the file is locked while it is read, merged and rewritten."""
     path = root / OUTPUTS / MANIFEST
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n", encoding="utf-8")
+    with path.open("a+", encoding="utf-8") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        manifest = _stored(file.read())
+        for platform, runs in entries.items():
+            if not is_platform(platform):
+                raise ValueError(f"not a platform of recordings: {platform!r}")
+            manifest.setdefault(platform, {}).update(runs)
+        file.seek(0)
+        file.truncate()
+        file.write(manifest_text(manifest))

@@ -3,7 +3,8 @@ source (a pass of program_blocks.py).
 
 "run with 2 ranks on CPU with gloo in CI ... · verified: torch 2.14.1 · gloo on CPU · 2 ranks · 2026-12-03". The facts
 come from the program's own declarations (guidekit/spec.py) and the committed manifest of recorded runs
-(guidekit/outputs.py), so the line cannot drift from what the runner does; the words from the text catalogue.
+(guidekit/outputs.py): one run per platform it passed on (the CPU, then each GPU box by its number of GPUs), so the
+line cannot drift from what the runner does; the words from the text catalogue.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def _run(entry: dict, t: dict) -> str:
 
 
 def _verified(spec: Spec, manifest: dict, t: dict) -> str:
-    runs = [_run(entry, t) for p in outputs.PLATFORMS if (entry := passed(manifest, p, spec.path))]
-    if spec.gpus and not passed(manifest, "cuda", spec.path):
+    platforms = outputs.platform_order(p for p in manifest if p != outputs.ANY_GPU)  # cpu, cuda-1, cuda-8 ...
+    runs = [_run(entry, t) for p in platforms if (entry := passed(manifest, p, spec.path))]
+    if spec.gpus and not passed(manifest, outputs.ANY_GPU, spec.path):
         runs.append(t["no_gpu_run"])
     return "; ".join(runs) or t["never"]
 
