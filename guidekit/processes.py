@@ -2,7 +2,8 @@
 
 torchrun starts each rank in a session of its own, so killing torchrun's process group would orphan the ranks (and
 they would keep the output pipe open); a rank whose launcher died is reparented to init, out of reach of the tree,
-and only the tag in its environment still finds it.
+and only the tag in its environment still finds it. The runner tags each program's processes (RUN_TAG); `make
+gpu-check` tags each pytest it starts and everything below it (CHECK_TAG), so that stopping one stops it all.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
 RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
+CHECK_TAG = "GUIDE_GPU_CHECK_RUN"  # in the environment of every process a `make gpu-check` run starts
 
 
 def descendants(pid: int) -> set[int]:
@@ -35,9 +37,9 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def tagged(tag: str) -> dict[int, str]:
-    """pid -> command line of every live process whose environment carries RUN_TAG=tag."""
-    needle = f"{RUN_TAG}={tag}".encode()
+def tagged(tag: str, name: str = RUN_TAG) -> dict[int, str]:
+    """pid -> command line of every live process whose environment carries name=tag (RUN_TAG by default)."""
+    needle = f"{name}={tag}".encode()
     found = {}
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
@@ -57,11 +59,11 @@ def kill(pids) -> None:
             pass
 
 
-def kill_tagged(tag: str, grace_s: float) -> list[str]:
+def kill_tagged(tag: str, grace_s: float, name: str = RUN_TAG) -> list[str]:
     """Give the run's leftover processes grace_s to exit on their own (multiprocessing's resource tracker exits
     when its parent has), then SIGKILL the rest; return the command lines of those that had to be killed."""
     deadline = time.monotonic() + grace_s
-    while (left := tagged(tag)) and time.monotonic() < deadline:
+    while (left := tagged(tag, name)) and time.monotonic() < deadline:
         time.sleep(0.1)
     kill(left)
     return sorted(left.values())
@@ -74,12 +76,12 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def stop_tree(proc: subprocess.Popen) -> None:
+def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     """SIGTERM the launcher's process group (torchrun then stops its ranks), SIGKILL whatever is left below it."""
     tree = descendants(proc.pid)
     kill_group(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=GRACE_S)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
     kill(tree | descendants(proc.pid))

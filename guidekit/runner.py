@@ -4,7 +4,15 @@ A snippet declares how it is launched and what it needs in comment lines near it
 Each snippet runs in its own process group with a free MASTER_PORT and one thread per rank; a run past its timeout
 is stopped with every process it started, and fails. Missing GPUs skip with a reason; they never pass silently.
 What it prints must match its recording (guidekit/outputs.py); `--record-output` (make outputs) rewrites the
-recordings and the manifest of what ran where. A run that compares nothing says so in its summary.
+recordings and the manifest of what ran where. A run that compares nothing says so in its summary; a run on another
+torch than the one that made a recording shows the difference, names both versions, and passes on the program's
+own asserts.
+
+What a GPU box brings is checked before the programs run and said in the header: TF32 overrides in the environment
+are removed for the programs (guidekit/spec.py), GPUs that are present but unusable are reported loudly, and a
+program that compiles with Inductor (`# inductor:`) fails at once, naming what Inductor lacks, where a C compiler
+or Python's headers are missing. A program whose process group would have no CPU backend on a machine with a CUDA
+GPU (the default group made without a backend, e.g. by init_device_mesh) fails here on the CPU (guidekit/probe/).
 
 A pytest plugin, registered for every run from the root conftest.py (`pytest -p guidekit.runner` elsewhere).
 """
@@ -12,19 +20,30 @@ A pytest plugin, registered for every run from the root conftest.py (`pytest -p 
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import subprocess
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 
 from guidekit import outputs
-from guidekit.machine import cuda_devices, platform
+from guidekit.machine import cuda_devices, inductor_missing, platform, unusable_gpus
 from guidekit.processes import RUN_TAG, kill_group, kill_tagged, stop_tree
-from guidekit.spec import Spec, free_port, is_snippet, launch_command, launch_env, parse_spec
+from guidekit.spec import (
+    TF32_OVERRIDES,
+    Spec,
+    free_port,
+    is_snippet,
+    launch_command,
+    launch_env,
+    parse_spec,
+    tf32_overrides,
+)
 
 OUTPUT_TAIL_LINES = 150
 LEFTOVER_GRACE_S = 10  # after a clean exit: time for helper processes to notice and exit on their own
@@ -58,11 +77,32 @@ def used(reports: list[dict]) -> dict:
     }
 
 
+def torch_version() -> str:
+    """The installed torch's release, e.g. '2.15.0' (no local part such as '+cu132'), read without importing it."""
+    try:
+        return importlib.metadata.version("torch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def no_cpu_backend(reports: list[dict]) -> str:
+    """Why a run that used the CPU would break on a machine with a CUDA GPU: the backend it asked for gives its
+    group no CPU backend there (guidekit/probe/); '' if nothing is wrong or torch cannot say."""
+    for report in reports:
+        devices = report.get("on_a_cuda_box")
+        if report.get("device") == "CPU" and devices is not None and "cpu" not in devices:
+            return (
+                f"rank {report['rank']} created its process group with backend {report.get('requested')!r}; on a "
+                f"machine with a CUDA GPU, torch {torch_version()} gives that group backends for {devices} only, so "
+                "this CPU path would fail there ('No backend type associated with device type cpu'). Create the "
+                "group with an explicit backend before any init_device_mesh: dist.init_process_group('gloo') on CPU"
+            )
+    return ""
+
+
 def manifest_entry(outcome: str, reason: str = "", reports: list[dict] | None = None) -> dict:
     """What the manifest says of one snippet on this machine: what it used, or why it could not run."""
-    import torch
-
-    entry = {"outcome": outcome, "torch": torch.__version__.split("+")[0]}
+    entry = {"outcome": outcome, "torch": torch_version()}
     if reason:
         entry["reason"] = reason
     else:
@@ -79,7 +119,12 @@ def pytest_addoption(parser):
     parser.addoption(
         "--no-output-check",
         action="store_true",
-        help="run the snippets without comparing their output with the recordings (e.g. on an older torch)",
+        help="run the snippets without comparing their output with the recordings",
+    )
+    parser.addoption(
+        "--results-log",
+        metavar="PATH",
+        help="append one JSON line per program as it ends (outcome, seconds, reason): a run cut short keeps them",
     )
 
 
@@ -107,6 +152,21 @@ class SnippetItem(pytest.Item):
                     self.user_properties.append(("manifest", json.dumps(entry)))
 
     def runtest(self) -> None:
+        try:
+            self.run_program()
+        except SnippetFailed as failed:
+            self.user_properties.append(("failure", failed.reason))
+            raise
+
+    def run_program(self) -> None:
+        if self.spec.needs_inductor(cuda_devices()):
+            where = "on CPUs" if self.spec.inductor == "always" else "on GPUs"
+            if missing := inductor_missing(cpu=self.spec.inductor == "always"):
+                raise SnippetFailed(
+                    f"compiles with Inductor {where} (# inductor: {self.spec.inductor}), which needs what this "
+                    f"machine lacks: {'; '.join(missing)}",
+                    "",
+                )
         port, tag = free_port(), uuid.uuid4().hex
         # files, not pipes: a leftover process cannot hold them open
         with (
@@ -145,6 +205,8 @@ class SnippetItem(pytest.Item):
             raise SnippetFailed(f"exited with code {proc.returncode}", output)
         if left:
             raise SnippetFailed(f"exited 0 but left {len(left)} process(es) running (now killed): {left}", output)
+        if reason := no_cpu_backend(self.reports):
+            raise SnippetFailed(reason, output)
         self.check_output(stdout)
 
     def check_output(self, stdout: str) -> None:
@@ -163,15 +225,23 @@ class SnippetItem(pytest.Item):
             self.user_properties.append(("manifest", json.dumps(entry)))
             return
         if not recording.is_file():
-            if platform() == "cuda":  # GPU recordings exist only where someone ran `make outputs` on a GPU box
+            if platform() != outputs.CPU:  # GPU recordings exist only where someone recorded on a box of as many GPUs
                 self.user_properties.append(("uncompared", self.spec.path))
                 return
             rel = recording.relative_to(self.config.rootpath)
             raise SnippetFailed(f"no recording of its output ({rel}): run `make outputs`", stdout)
         diff = outputs.difference(recording.read_text(encoding="utf-8"), stdout, self.spec.output)
-        if diff:
-            rel = recording.relative_to(self.config.rootpath)
-            raise SnippetFailed(f"printed something else than {rel} (make outputs records it anew)", diff)
+        if not diff:
+            return
+        rel = recording.relative_to(self.config.rootpath).as_posix()
+        recorded_on = outputs.read_manifest(self.config.rootpath)[platform()].get(self.spec.path, {}).get("torch")
+        if recorded_on and recorded_on != torch_version():  # a reader's torch: shown, not failed
+            said = f"{self.spec.path}: printed other text than {rel}, recorded on torch {recorded_on}; this run has torch {torch_version()}"
+            warnings.warn(pytest.PytestWarning(f"{said} (not a failure: the diff is in the summary)"), stacklevel=1)
+            self.add_report_section("call", f"output (recorded on torch {recorded_on})", diff)
+            self.user_properties.append(("torch_differs", json.dumps({"said": said, "diff": diff})))
+            return
+        raise SnippetFailed(f"printed something else than {rel} (make outputs records it anew)", diff)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, SnippetFailed):
@@ -216,6 +286,25 @@ def pytest_collect_file(file_path: Path, parent):
     return None
 
 
+def environment_lines() -> list[str]:
+    """What the environment of a GPU box changes, as the header says it: unusable GPUs, TF32 overrides, Inductor."""
+    lines = []
+    if reason := unusable_gpus():
+        lines.append(f"GPUS NOT USABLE: {reason}. The programs run on CPUs with gloo and compare with recordings/cpu")
+    found = tf32_overrides()
+    if found:
+        said = ", ".join(f"{name}={value}" for name, value in found.items())
+        lines.append(f"TF32 overrides: {said}: removed for the programs (torch's own TF32 defaults apply)")
+    else:
+        lines.append(f"TF32 overrides: none set ({', '.join(TF32_OVERRIDES)} would be removed for the programs)")
+    missing = inductor_missing()
+    lines.append(
+        "Inductor on GPUs (programs with # inductor:): "
+        + (f"MISSING {'; '.join(missing)}" if missing else "C compiler and Python's headers found")
+    )
+    return lines
+
+
 def pytest_report_header(config):
     try:
         import torch
@@ -228,13 +317,19 @@ def pytest_report_header(config):
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if gpus and dist.is_nccl_available() else "n/a"
     lines = [
         f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}, NCCL {nccl}), CPU cores: {os.cpu_count()}",
-        f"CUDA devices: {gpus} ({names})",
+        f"CUDA devices: {gpus} ({names}); recordings: recordings/{platform()}/",
+        *environment_lines(),
         f"distributed backends available: {', '.join(backends) or 'none'}",
         "snippets run with NCCL on CUDA where a snippet's ranks each get a GPU, else with gloo on CPU",
     ]
     if config.getoption("--no-output-check"):
         lines.append("outputs: NOT compared with the recordings in recordings/ (--no-output-check)")
     return lines
+
+
+def pytest_configure(config):
+    global _config
+    _config = config
 
 
 def pytest_sessionstart(session):
@@ -246,23 +341,59 @@ def pytest_sessionstart(session):
         header.write_text("".join(f"{line}\n" for line in pytest_report_header(config)), encoding="utf-8")
 
 
-recorded: dict[str, dict[str, dict]] = {}  # platform -> snippet -> manifest entry, on the controlling process
-
-
+_config = None  # this process's pytest config (pytest_configure)
 uncompared: list[str] = []  # snippets that passed with no recording for this platform to compare with
+torch_differs: list[dict] = []  # snippets that printed other text than a recording made on another torch
+
+
+def _controller() -> bool:
+    return _config is not None and not hasattr(_config, "workerinput")
+
+
+def _log_result(report, properties: dict[str, str]) -> None:
+    """One line of --results-log: what `make gpu-check` reads, even of a run it had to stop."""
+    path = _config.getoption("--results-log", default=None)
+    if not path or not report.nodeid.startswith("snippets/"):
+        return
+    if report.skipped:
+        reason = report.longrepr[2].removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else ""
+    else:
+        reason = properties.get("failure", "")
+    line = {
+        "program": report.nodeid.split("::")[0],
+        "outcome": report.outcome,
+        "seconds": round(report.duration, 1),
+        "reason": reason,
+        "uncompared": "uncompared" in properties,
+        "torch_differs": "torch_differs" in properties,
+    }
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(json.dumps(line) + "\n")
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call" or (report.when == "setup" and report.skipped):
-        for name, value in report.user_properties:
-            if name == "uncompared" and report.when == "call":
-                uncompared.append(value)
-            if name == "manifest":
-                entry = json.loads(value)
-                recorded.setdefault(entry.pop("platform"), {})[entry.pop("snippet")] = entry
+    if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return
+    properties = dict(report.user_properties)
+    if not _controller():
+        return
+    _log_result(report, properties)
+    if "uncompared" in properties:
+        uncompared.append(properties["uncompared"])
+    if "torch_differs" in properties:
+        torch_differs.append(json.loads(properties["torch_differs"]))
+    if "manifest" in properties:  # written as each program ends: a run cut short keeps what it recorded
+        entry = json.loads(properties["manifest"])
+        platform_name, snippet = entry.pop("platform"), entry.pop("snippet")
+        outputs.write_manifest({platform_name: {snippet: entry}}, _config.rootpath)
+
+
+DIFF_LINES = 40  # of each difference the summary shows
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    if reason := unusable_gpus():
+        terminalreporter.write_line(f"GPUS NOT USABLE: {reason}; the programs ran on CPUs", red=True, bold=True)
     if config.getoption("--no-output-check", default=False):
         terminalreporter.write_line("outputs: not compared with the recordings (--no-output-check)")
     elif uncompared:
@@ -270,8 +401,12 @@ def pytest_terminal_summary(terminalreporter, config):
             f"outputs: {len(uncompared)} snippet(s) passed but had no {platform()} recording to compare with "
             "(`make outputs` on this machine records them): " + ", ".join(sorted(uncompared))
         )
-
-
-def pytest_sessionfinish(session):
-    if session.config.getoption("--record-output") and not hasattr(session.config, "workerinput") and recorded:
-        outputs.write_manifest(recorded, session.config.rootpath)
+    if torch_differs:
+        terminalreporter.section("outputs recorded on another torch (shown, not failed)", yellow=True)
+        for found in sorted(torch_differs, key=lambda found: found["said"]):
+            lines = found["diff"].splitlines()
+            terminalreporter.write_line(found["said"], yellow=True)
+            for line in lines[:DIFF_LINES]:
+                terminalreporter.write_line(f"    {line}")
+            if len(lines) > DIFF_LINES:
+                terminalreporter.write_line(f"    ... {len(lines) - DIFF_LINES} more lines")

@@ -2,19 +2,44 @@
 joins a process group writes what it really used, so the manifest records the program's own report, not a guess.
 
 It imports nothing heavy: it waits for torch.distributed.distributed_c10d to be imported by the program, then wraps
-init_process_group to write {rank, world_size, backend, device} to $GUIDE_RANK_REPORTS/<pid>.json.
+init_process_group to write {rank, world_size, backend, device, requested, on_a_cuda_box} to
+$GUIDE_RANK_REPORTS/<pid>.json.
+
+`on_a_cuda_box` is the device types the same call would give the group on a machine with a CUDA GPU: torch's
+BackendConfig, with the accelerator faked as present (torch.accelerator.current_accelerator). A call with no backend
+(what init_device_mesh makes when there is no group yet) keeps only the accelerator's backend since torch 2.15
+({'cuda': 'nccl'}): a program whose CPU branch creates its group so would find no backend for CPU tensors on a box
+with fewer GPUs than ranks. The runner fails such a program here, on the CPU, where CI can see it.
 """
 
 import importlib.abc
 import json
 import os
 import sys
+import warnings
 
 C10D = "torch.distributed.distributed_c10d"
 REPORTS = os.environ.get("GUIDE_RANK_REPORTS")
 
 
-def _report(c10d) -> None:
+def _on_a_cuda_box(c10d, backend) -> list[str] | None:
+    """The device types a group made with `backend` gets where a CUDA GPU is present (None: torch cannot say)."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None or not hasattr(c10d, "BackendConfig"):
+        return None
+    real = accelerator.current_accelerator
+    accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return sorted(c10d.BackendConfig(str(backend or "undefined")).get_device_backend_map())
+    finally:
+        accelerator.current_accelerator = real
+
+
+def _report(c10d, requested, on_a_cuda_box) -> None:
     import torch
 
     backend = str(c10d.get_backend())
@@ -25,6 +50,7 @@ def _report(c10d) -> None:
     if "nccl" in backend and torch.cuda.is_available():
         device = torch.cuda.get_device_name(torch.cuda.current_device())
     entry = {"rank": c10d.get_rank(), "world_size": c10d.get_world_size(), "backend": backend, "device": device}
+    entry.update(requested=str(requested or "undefined"), on_a_cuda_box=on_a_cuda_box)
     with open(os.path.join(REPORTS, f"{os.getpid()}.json"), "w", encoding="utf-8") as out:
         json.dump(entry, out)
 
@@ -33,9 +59,14 @@ def _wrap(c10d) -> None:
     init = c10d.init_process_group
 
     def init_process_group(*args, **kwargs):
+        requested = kwargs.get("backend", args[0] if args else None)
+        try:
+            on_a_cuda_box = _on_a_cuda_box(c10d, requested)
+        except Exception:  # a report must never break the program it observes
+            on_a_cuda_box = None
         result = init(*args, **kwargs)
         try:
-            _report(c10d)
+            _report(c10d, requested, on_a_cuda_box)
         except Exception as error:  # a report must never break the program it observes
             print(f"guidekit probe: no report ({error!r})", file=sys.stderr)
         return result
