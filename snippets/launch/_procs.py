@@ -15,17 +15,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def node_devices(gpus: int, nodes: int, per_node: int) -> list[str]:
+def node_devices(
+    gpus: int, nodes: int, per_node: int, parent: str | None = None
+) -> list[str]:
     """CUDA_VISIBLE_DEVICES for each simulated node. Real nodes each have
     their own GPUs; nodes simulated on one machine must not share one
     (NCCL refuses two ranks on one GPU), so each gets its own, or none
-    when there are too few: then every rank falls back to gloo on CPU."""
-    if gpus >= nodes * per_node:
-        return [
-            ",".join(str(node * per_node + i) for i in range(per_node))
-            for node in range(nodes)
-        ]
-    return [""] * nodes
+    when there are too few: then every rank falls back to gloo on CPU.
+    parent: this process's CUDA_VISIBLE_DEVICES, if it has one."""
+    if gpus < nodes * per_node:
+        return [""] * nodes
+    # CUDA numbers the GPUs it shows from 0: with a parent list (e.g.
+    # "4,5,6,7", or MIG/GPU UUIDs) hand out its entries, not 0..gpus-1
+    ids = (
+        [name.strip() for name in parent.split(",")][:gpus]
+        if parent
+        else [str(i) for i in range(gpus)]
+    )
+    return [
+        ",".join(ids[node * per_node : (node + 1) * per_node])
+        for node in range(nodes)
+    ]
 
 
 def describe_devices(visible: list[str]) -> str:

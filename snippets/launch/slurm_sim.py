@@ -32,8 +32,13 @@ common = {  # what srun sets the same in every task
     "OMP_NUM_THREADS": "1",
 }
 base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "RANK")}
-# simulated nodes share no GPU
-visible = node_devices(torch.cuda.device_count(), nodes, tasks_per_node)
+# simulated nodes share no GPU, and use only the GPUs this process was given
+visible = node_devices(
+    torch.cuda.device_count(),
+    nodes,
+    tasks_per_node,
+    parent=os.environ.get("CUDA_VISIBLE_DEVICES"),
+)
 print(describe_devices(visible))
 envs = [
     dict(

@@ -32,7 +32,13 @@ node_command = [
 ]
 # Two nodes on one machine must not share a
 # GPU: each gets its own, or both run on CPU.
-visible = node_devices(torch.cuda.device_count(), nodes=2, per_node=1)
+visible = node_devices(
+    torch.cuda.device_count(),
+    nodes=2,
+    per_node=1,
+    # the GPUs this process was given, if it was given a list
+    parent=os.environ.get("CUDA_VISIBLE_DEVICES"),
+)
 print(describe_devices(visible))
 envs = [
     dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=v)
