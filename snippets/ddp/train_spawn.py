@@ -2,6 +2,7 @@
 torch.multiprocessing.spawn instead of torchrun."""
 # launch: python snippets/ddp/train_spawn.py
 # ranks: 2
+# uses-gpus: all
 # timeout: 240
 
 # --8<-- [start:all]
