@@ -120,3 +120,17 @@ def test_simulated_nodes_never_share_a_gpu(gpus, nodes, per_node, expected):
     assert visible == expected
     used = [gpu for v in visible if v for gpu in v.split(",")]
     assert len(used) == len(set(used)), "two nodes see the same GPU"
+
+
+@pytest.mark.parametrize(
+    "parent,expected",
+    [
+        ("4,5,6,7", ["4,5", "6,7"]),  # the box owner's GPUs, not physical 0-3
+        ("GPU-a,GPU-b,GPU-c,GPU-d", ["GPU-a,GPU-b", "GPU-c,GPU-d"]),  # UUIDs too
+        (None, ["0,1", "2,3"]),
+    ],
+)
+def test_simulated_nodes_get_gpus_from_the_owners_list(parent, expected):
+    """A CUDA_VISIBLE_DEVICES the owner set is mapped through (gpu-readiness review, 1b): CUDA numbers the GPUs it
+    shows from 0, so handing the nodes 0..n-1 would give them GPUs that were never theirs."""
+    assert _procs().node_devices(4, 2, 2, parent) == expected
