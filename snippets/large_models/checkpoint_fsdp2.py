@@ -1,7 +1,8 @@
 """Activation checkpointing with FSDP2: each block checkpointed in the
-model's code and sharded with fully_shard; the same gradients, and each rank
-keeps a fraction of the activations."""
+model's code and sharded with fully_shard; the same gradients and the same
+collectives, and each rank keeps a fraction of the activations."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/checkpoint_fsdp2.py
+# output-varies: max \|Δ grad\| = (\S+)
 
 import gc
 import os
@@ -9,11 +10,11 @@ import os
 import torch
 import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
+from memory_breakdown import SavedBytes, TinyLM  # the page's model, counter
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.utils.checkpoint import checkpoint
+from torch.distributed.tensor.debug import CommDebugMode
 
 
 # same as snippets/ddp/train_torchrun.py:setup
@@ -44,55 +45,6 @@ def teardown_mesh(mesh: DeviceMesh) -> None:
     getattr(mesh, "_pg_registry", {}).clear()
 
 
-# same as snippets/large_models/memory_breakdown.py:Block
-class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention, then a GELU MLP."""
-
-    def __init__(self, hidden: int, heads: int, dropout: float = 0.0):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(hidden)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
-        self.ln2 = nn.LayerNorm(hidden)
-        self.fc1 = nn.Linear(hidden, 4 * hidden)
-        self.fc2 = nn.Linear(4 * hidden, hidden)
-        self.drop = nn.Dropout(dropout)  # p=0: saves nothing
-
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        qkv = self.qkv(x).view(b, t, 3, self.heads, d // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 × (b, heads, t, d/heads)
-        # flash-style kernels keep no t × t matrix for backward
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(out.transpose(1, 2).reshape(b, t, d))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attention(self.ln1(x)))
-        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
-
-
-# same as snippets/large_models/memory_breakdown.py:TinyLM
-class TinyLM(nn.Module):
-    def __init__(self, vocab, hidden, heads, layers, dropout=0.0, ckpt=False):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, hidden)
-        blocks = [Block(hidden, heads, dropout) for _ in range(layers)]
-        self.blocks = nn.ModuleList(blocks)
-        self.norm = nn.LayerNorm(hidden)
-        self.head = nn.Linear(hidden, vocab, bias=False)
-        self.ckpt = ckpt  # activation checkpointing of every block
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(ids)
-        for block in self.blocks:
-            if self.ckpt:  # keep only the block's input
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
-        return self.head(self.norm(x))
-
-
 # --8<-- [start:build]
 def build(ckpt: bool, mesh: DeviceMesh, device: torch.device) -> TinyLM:
     torch.manual_seed(0)  # the same weights with and without checkpointing
@@ -108,55 +60,35 @@ def build(ckpt: bool, mesh: DeviceMesh, device: torch.device) -> TinyLM:
 # --8<-- [end:build]
 
 
-# same as snippets/large_models/memory_breakdown.py:SavedBytes
-class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
-    """Counts the bytes autograd keeps for backward inside a `with` block.
-
-    Each storage counts once (a tensor and its views share one), parameters
-    not at all: they are counted as weights.
-    """
-
-    def __init__(self):
-        self.storages = {}  # data pointer -> bytes
-        super().__init__(self.pack, lambda tensor: tensor)
-
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        # _base: the tensor a view was taken from
-        base = tensor if tensor._base is None else tensor._base
-        # a weight, or its transpose as nn.Linear saves it, is no activation
-        if not isinstance(base, nn.Parameter):
-            storage = tensor.untyped_storage()
-            self.storages[storage.data_ptr()] = storage.nbytes()
-        return tensor  # autograd keeps the tensor as always: we only look
-
-    def __enter__(self) -> "SavedBytes":
-        super().__enter__()
-        return self
-
-    @property
-    def total(self) -> int:
-        return sum(self.storages.values())
-
-
-def run(mesh: DeviceMesh, device: torch.device) -> None:
+def my_batch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
-    ids = torch.randint(256, (4 * world, 64), device=device)
-    targets = torch.randint(256, (4 * world, 64), device=device)
-    ids = ids.chunk(world)[rank].clone()  # this rank's 4 sequences
-    targets = targets.chunk(world)[rank].clone()
+    # the global batch, drawn on the CPU: the same on every rank
+    ids = torch.randint(256, (4 * world, 64))
+    targets = torch.randint(256, (4 * world, 64))
+    mine = slice(4 * rank, 4 * rank + 4)  # this rank's 4 sequences
+    # copies: a view would keep the whole batch's storage alive (and counted)
+    return ids[mine].clone().to(device), targets[mine].clone().to(device)
 
+
+def compare(mesh: DeviceMesh, device: torch.device) -> tuple[dict, dict, float]:
+    ids, targets = my_batch(device)
     # --8<-- [start:compare]
-    saved, grads = {}, {}
+    saved, grads, collectives = {}, {}, {}
     for ckpt in (False, True):
         model = build(ckpt, mesh, device)
-        with SavedBytes() as counter:
-            logits = model(ids).flatten(0, 1)
-            loss = F.cross_entropy(logits, targets.flatten())
-        # per block: all-gather, recompute its forward (if checkpointed),
-        # its backward, reduce-scatter
-        loss.backward()
+        with CommDebugMode() as comms:  # counts the collectives it sees
+            with SavedBytes() as counter:
+                logits = model(ids).flatten(0, 1)
+                loss = F.cross_entropy(logits, targets.flatten())
+            # per block: all-gather, recompute its forward (if
+            # checkpointed), its backward, reduce-scatter
+            loss.backward()
         saved[ckpt] = counter.total
+        collectives[ckpt] = {
+            str(op).split(".")[-1]: n
+            for op, n in comms.get_comm_counts().items()
+        }
         # all-gathered for the check
         grads[ckpt] = [p.grad.full_tensor() for p in model.parameters()]
     pairs = zip(grads[False], grads[True])
@@ -164,25 +96,31 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     # bit-identical on CPU: the recomputation is exact, the reductions the
     # same; a GPU's attention backward may add in a different order
     assert diff <= (0.0 if device.type == "cpu" else 1e-5), diff
-    assert saved[False] / saved[True] > 5
+    assert saved[False] / saved[True] > 5, saved
+    assert collectives[True] == collectives[False], collectives
     # --8<-- [end:compare]
+    return saved, collectives, diff
 
-    if rank == 0:
-        print(f"FSDP2, {world} ranks; TinyLM, 4 blocks, one FSDP unit each")
-        print(f"{ids.numel()} tokens per rank; saved for backward per rank:")
+
+def main() -> None:
+    device = setup()  # the process group first, with its backend
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    try:
+        # every model lives and dies in here, before the group goes
+        saved, collectives, diff = compare(mesh, device)
+    finally:
+        teardown_mesh(mesh)
+    if int(os.environ["RANK"]) == 0:
+        print(
+            f"FSDP2, {os.environ['WORLD_SIZE']} ranks; TinyLM, 4 blocks, "
+            "one FSDP unit each; 256 tokens per rank"
+        )
+        print("saved for backward per rank:")
         print(f"  without checkpointing {saved[False]:>12,} B")
         print(f"  with checkpointing    {saved[True]:>12,} B")
         ratio = saved[False] / saved[True]
         print(f"{ratio:.1f}× fewer; max |Δ grad| = {diff:.3g}")
-
-
-def main() -> None:
-    device = setup()
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    try:
-        run(mesh, device)  # every model lives and dies in here
-    finally:
-        teardown_mesh(mesh)
+        print(f"collectives in one step, either way: {collectives[True]}")
 
 
 if __name__ == "__main__":

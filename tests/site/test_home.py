@@ -29,6 +29,9 @@ QUESTIONS = [
     "errors.md",  # an error message
     "scaling/compile.md",  # faster steps, longer sequences
     "fault-tolerance.md",  # survive a failure
+    "scaling/async-checkpoint.md",  # saving a checkpoint stalls training
+    "scaling/variable-length.md",  # the loss changes with accumulation or the number of GPUs
+    "job.md",  # all of it in one training job
 ]
 
 
