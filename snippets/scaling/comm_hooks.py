@@ -123,16 +123,16 @@ def train(
 
 
 # --8<-- [start:bytes]
-def payload_bytes(model: nn.Module, how: str, rank: int = 0) -> int:
+def payload_bytes(model: nn.Module, element_bytes: int = 4) -> int:
     """What one rank hands to all-reduce per step (a ring
     all-reduce moves about twice that over the links)."""
-    numel = sum(p.numel() for p in model.parameters())
-    if how == "exact":
-        return 4 * numel  # fp32
-    if how == "fp16":
-        return 2 * numel
-    # PowerSGD: each n x m matrix becomes P (n x
-    # rank) and Q (m x rank), if that is < half of it
+    return element_bytes * sum(p.numel() for p in model.parameters())
+
+
+def powersgd_payload_bytes(model: nn.Module, rank: int) -> int:
+    """PowerSGD: each n x m matrix becomes P (n x rank) and
+    Q (m x rank), if that is < half of it; the rest goes
+    as it is, in fp32."""
     elements = 0
     for p in model.parameters():
         n, m = p.shape[0], p[0].numel()
@@ -197,6 +197,14 @@ def check_error_memory(steps: list, state: powerSGD.PowerSGDState) -> None:
 # --8<-- [end:error_memory]
 
 
+def step_errors(steps: list) -> list[float]:
+    """Each step's |applied - exact| / |exact|."""
+    return [
+        relative(applied - everyone.mean(dim=0), everyone.mean(dim=0))
+        for everyone, applied in steps
+    ]
+
+
 def summed_error(steps: list) -> float:
     """How far the sum of the updates applied
     is from the sum of the exact ones."""
@@ -204,85 +212,82 @@ def summed_error(steps: list) -> float:
     return relative(sum(applied for _, applied in steps) - exact, exact)
 
 
+def compare(device: torch.device, hook, state=None) -> list:
+    """Train with `hook`, measured: per step, every rank's
+    gradient and the averaged one DDP applied."""
+    records = []
+    model = wrap(device, measured(hook, records), state)
+    steps = train(model, records, device)
+    # each DDP model goes long before
+    # destroy_process_group(): see the debugging page
+    del model
+    return steps
+
+
+def check_powersgd(
+    steps: list, state: powerSGD.PowerSGDState, full: int, nbytes: int
+) -> None:
+    # start_powerSGD_iter=2: the first two steps are plain all-reduce
+    assert max(step_errors(steps)[:2]) == 0, "compressed before step 2"
+    # elements PowerSGD counted, from step 2 on
+    _, before, after = state.compression_stats()
+    assert (4 * before, 4 * after) == (
+        full * (STEPS - 2),
+        nbytes * (STEPS - 2),
+    ), (before, after)
+    if state.use_error_feedback:
+        check_error_memory(steps, state)
+
+
+def report(name: str, steps: list, nbytes: int, full: int) -> tuple:
+    """One row of the table (rank 0 prints it); returns
+    the summed errors after EARLY steps and at the end."""
+    summed = summed_error(steps[:EARLY]), summed_error(steps)
+    if dist.get_rank() == 0:
+        # from the first compressed step on
+        errors = step_errors(steps)[2:]
+        print(
+            f"{name:<35} {nbytes:>10,} {full / nbytes:>5.1f}x "
+            f"{sum(errors) / len(errors):>10.1e}  "
+            f"{summed[0]:.1e}, {summed[1]:.1e}"
+        )
+    return summed
+
+
 def run(device: torch.device) -> None:
-    rank0 = dist.get_rank() == 0
-    # name: hook, its state, how its bytes are counted, PowerSGD's rank
-    variants = {
-        "exact all-reduce": (default.allreduce_hook, None, "exact", 0),
-        "fp16": (default.fp16_compress_hook, None, "fp16", 0),
-        "PowerSGD rank 1": (
-            powerSGD.powerSGD_hook,
-            powersgd_state(1),
-            "powersgd",
-            1,
-        ),
-        "PowerSGD rank 4": (
-            powerSGD.powerSGD_hook,
-            powersgd_state(4),
-            "powersgd",
-            4,
-        ),
-        "PowerSGD rank 1, no error feedback": (
-            powerSGD.powerSGD_hook,
-            powersgd_state(1, False),
-            "powersgd",
-            1,
-        ),
-    }
-    full = payload_bytes(make_model(device), "exact")
-    if rank0:
+    model = make_model(device)
+    full = payload_bytes(model)
+    if dist.get_rank() == 0:
         print(
             f"{'hook':<35} {'bytes/step':>10} {'ratio':>6} "
             f"{'error/step':>10}  summed after {EARLY}, {STEPS} steps"
         )
+    steps = compare(device, default.allreduce_hook)
+    assert max(step_errors(steps)) == 0, "the measuring adds an error"
+    report("exact all-reduce", steps, full, full)
+
+    steps = compare(device, default.fp16_compress_hook)
+    below = check_rounding(steps, torch.float16)
+    report("fp16", steps, payload_bytes(model, 2), full)
+
     summed = {}
-    for name, (hook, state, how, rank) in variants.items():
-        records = []
-        model = wrap(device, measured(hook, records), state)
-        steps = train(model, records, device)
-        # each DDP model goes long before
-        # destroy_process_group(): see the debugging page
-        del model
-        errors = [
-            relative(applied - everyone.mean(dim=0), everyone.mean(dim=0))
-            for everyone, applied in steps
-        ]
-        summed[name] = summed_error(steps[:EARLY]), summed_error(steps)
-        nbytes = payload_bytes(make_model(device), how, rank)
-        if how == "exact":
-            assert max(errors) == 0  # the measuring itself adds no error
-        if how == "fp16":
-            below = check_rounding(steps, torch.float16)
-        if how == "powersgd":
-            # start_powerSGD_iter=2: the first two steps are plain all-reduce
-            assert max(errors[:2]) == 0
-            # elements PowerSGD counted, from step 2 on
-            _, before, after = state.compression_stats()
-            assert (4 * before, 4 * after) == (
-                full * (STEPS - 2),
-                nbytes * (STEPS - 2),
-            )
-            if state.use_error_feedback:
-                check_error_memory(steps, state)
-        if rank0:
-            # from the first compressed step on
-            mean_error = sum(errors[2:]) / len(errors[2:])
-            early, late = summed[name]
-            print(
-                f"{name:<35} {nbytes:>10,} {full / nbytes:>5.1f}x "
-                f"{mean_error:>10.1e}  {early:.1e}, {late:.1e}"
-            )
+    for rank, feedback in ((1, True), (4, True), (1, False)):
+        state = powersgd_state(rank, feedback)
+        steps = compare(device, powerSGD.powerSGD_hook, state)
+        nbytes = powersgd_payload_bytes(model, rank)
+        check_powersgd(steps, state, full, nbytes)
+        name = f"PowerSGD rank {rank}" + (
+            "" if feedback else ", no error feedback"
+        )
+        summed[rank, feedback] = report(name, steps, nbytes, full)
     # --8<-- [start:error_feedback]
-    with_feedback, without = (
-        summed["PowerSGD rank 1"],
-        summed["PowerSGD rank 1, no error feedback"],
-    )
+    with_feedback, without = summed[1, True], summed[1, False]
     # the sum of the updates closes in on the exact sum
-    assert with_feedback[1] < with_feedback[0]
+    assert with_feedback[1] < with_feedback[0], with_feedback
     # without it, what is dropped stays dropped
-    assert without[1] >= without[0] > with_feedback[1]
+    assert without[1] >= without[0] > with_feedback[1], without
     # --8<-- [end:error_feedback]
-    if rank0:
+    if dist.get_rank() == 0:
         print(
             f"fp16: {below:.0%} of the averaged gradient's elements were "
             "below fp16's normal range (6.1e-05)"
