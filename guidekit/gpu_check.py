@@ -276,14 +276,18 @@ def run_benchmark(args, root: Path, out: Path, label: str, tag: str) -> dict:
     }
 
 
-def environment(devices: int) -> str:
-    """What the box brings, as the runner's header says it, for environment.txt."""
-    from guidekit.runner import environment_lines
+def write_environment(out: Path, root: Path, record: bool) -> None:
+    """environment.txt: what the box brings, as the runner's header says it, seen with all the box's GPUs; on a
+    recording run also the header of its recordings (each program's own run sees only its share of the GPUs)."""
+    from guidekit.runner import header_lines
 
-    lines = [f"python {sys.version.split()[0]}; GPUs torch sees: {devices}; recordings: {platform()}"]
-    lines.append(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(not set)')}")
-    lines += environment_lines()
-    return "".join(f"{line}\n" for line in lines)
+    header = "".join(f"{line}\n" for line in header_lines())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(not set)")
+    (out / "environment.txt").write_text(f"python {sys.version.split()[0]}\n{header}CUDA_VISIBLE_DEVICES={visible}\n")
+    if record:
+        path = outputs.header_path(platform(), root)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(header, encoding="utf-8")
 
 
 def write_summary(out: Path, summary: dict, jobs: list[Job]) -> None:
@@ -335,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "nvidia-smi.txt").write_text(
         subprocess.run([smi], capture_output=True, text=True).stdout if smi else "no nvidia-smi on this machine\n"
     )
-    (out / "environment.txt").write_text(environment(devices))
+    write_environment(out, root, record=not args.dry_run)
     (out / "results.jsonl").unlink(missing_ok=True)
 
     specs = [parse_spec(path, root) for path in all_snippets(root)]

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from guidekit import outputs
-from guidekit.machine import cuda_devices, inductor_missing, platform, unusable_gpus
+from guidekit.machine import BOX_GPUS, cuda_devices, inductor_missing, platform, unusable_gpus
 from guidekit.processes import RUN_TAG, kill_group, kill_tagged, stop_tree
 from guidekit.spec import (
     TF32_OVERRIDES,
@@ -234,7 +234,9 @@ class SnippetItem(pytest.Item):
         if not diff:
             return
         rel = recording.relative_to(self.config.rootpath).as_posix()
-        recorded_on = outputs.read_manifest(self.config.rootpath)[platform()].get(self.spec.path, {}).get("torch")
+        recorded_on = (
+            outputs.read_manifest(self.config.rootpath).get(platform(), {}).get(self.spec.path, {}).get("torch")
+        )
         if recorded_on and recorded_on != torch_version():  # a reader's torch: shown, not failed
             said = f"{self.spec.path}: printed other text than {rel}, recorded on torch {recorded_on}; this run has torch {torch_version()}"
             warnings.warn(pytest.PytestWarning(f"{said} (not a failure: the diff is in the summary)"), stacklevel=1)
@@ -305,7 +307,8 @@ def environment_lines() -> list[str]:
     return lines
 
 
-def pytest_report_header(config):
+def header_lines(unchecked: bool = False) -> list[str]:
+    """What the run found: torch, the GPUs, the environment a GPU box brings, the backends."""
     try:
         import torch
         import torch.distributed as dist
@@ -322,9 +325,13 @@ def pytest_report_header(config):
         f"distributed backends available: {', '.join(backends) or 'none'}",
         "snippets run with NCCL on CUDA where a snippet's ranks each get a GPU, else with gloo on CPU",
     ]
-    if config.getoption("--no-output-check"):
+    if unchecked:
         lines.append("outputs: NOT compared with the recordings in recordings/ (--no-output-check)")
     return lines
+
+
+def pytest_report_header(config):
+    return header_lines(config.getoption("--no-output-check"))
 
 
 def pytest_configure(config):
@@ -335,10 +342,11 @@ def pytest_configure(config):
 def pytest_sessionstart(session):
     """A recording run also records the header it reports (the GPU box page shows it)."""
     config = session.config
-    if config.getoption("--record-output") and not hasattr(config, "workerinput"):
+    # a program's own run under make gpu-check sees only its share of the GPUs: gpu_check writes the box's header
+    if config.getoption("--record-output") and not hasattr(config, "workerinput") and BOX_GPUS not in os.environ:
         header = outputs.header_path(platform(), config.rootpath)
         header.parent.mkdir(parents=True, exist_ok=True)
-        header.write_text("".join(f"{line}\n" for line in pytest_report_header(config)), encoding="utf-8")
+        header.write_text("".join(f"{line}\n" for line in header_lines()), encoding="utf-8")
 
 
 _config = None  # this process's pytest config (pytest_configure)
