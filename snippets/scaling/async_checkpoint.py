@@ -65,7 +65,7 @@ def make_model() -> nn.Module:
 def train_step(
     model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
 ) -> None:
-    x = torch.randn(64, 32, device=device)
+    x = torch.randn(64, 32).to(device)  # the CPU generator
     optimizer.zero_grad()
     # DDP all-reduces on the default group
     nn.functional.mse_loss(model(x), x.flip(1)).backward()

@@ -109,7 +109,8 @@ def train(
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     per_step = []
     for _ in range(steps):
-        x = torch.randn(16, 128, device=device)
+        # the CPU generator: the same batches whatever the device
+        x = torch.randn(16, 128).to(device)
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), x[:, :16].sin()).backward()
         optimizer.step()
