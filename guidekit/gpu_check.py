@@ -249,11 +249,12 @@ def gpu_label(devices: int) -> str:
     return re.sub(r"[^a-z0-9]+", "-", f"{devices}x {name}".lower()).strip("-")
 
 
-def run_benchmark(args, root: Path, out: Path, label: str, tag: str) -> dict:
+def run_benchmark(args, root: Path, out: Path, devices: int, tag: str) -> dict:
     """The benchmark's full sweep (tiny in a dry run), its tree stopped past its timeout."""
     program = root / BENCHMARK
     if args.no_benchmark or not program.is_file():
         return {"exit": 0, "skipped": "--no-benchmark" if args.no_benchmark else f"no {BENCHMARK}"}
+    label = gpu_label(devices)
     bench = out / "benchmark" / f"{label}.json"
     bench.parent.mkdir(exist_ok=True)
     cmd = [sys.executable, str(program), *([] if args.dry_run else ["--full"]), "--machine", label, "--out", str(bench)]
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = order(specs, first, outputs.read_manifest(root), platform(), expected_seconds(root))
     if args.only:
         specs = [s for s in specs if any(s.path == p or s.path.startswith(p + "/") for p in first)]
-    per_run = args.gpus_per_run or (2 if devices >= 4 else max(devices, 1))
+    per_run = max(1, min(args.gpus_per_run or (2 if devices >= 4 else devices), devices))  # a slot fits the box
     lanes = plan(specs, devices, per_run)
     jobs = [job for lane in lanes.values() for job in lane]
     tag = uuid.uuid4().hex
@@ -363,9 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["left_running"] = left  # processes still tagged after every run ended (killed)
         write_summary(out, summary, jobs)
 
-    label = gpu_label(devices)
-    summary["label"] = label
-    summary["benchmark"] = {} if summary["partial"] else run_benchmark(args, root, out, label, tag)
+    summary["benchmark"] = {} if summary["partial"] else run_benchmark(args, root, out, devices, tag)
     kill_tagged(tag, grace_s=5, name=CHECK_TAG)
     if not args.dry_run:  # the recordings this machine made, as a tree to copy over the repository's
         recorded = root / outputs.OUTPUTS / platform()

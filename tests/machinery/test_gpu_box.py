@@ -366,3 +366,47 @@ def test_gpu_check_stopped_at_its_deadline_keeps_a_partial_summary(scratch):
     assert programs["snippets/planted/slow.py"]["outcome"] == "stopped", programs
     assert programs["snippets/planted/passes.py"]["outcome"] == "not run", programs
     assert not survivors(f"{ORPHAN}-slow") and not tagged(summary["tag"], CHECK_TAG)
+
+
+SEEN = textwrap.dedent(
+    """\
+    {header}
+    import os, pathlib, time
+    start = time.time()
+    time.sleep(8)  # long enough for all four to start on a loaded machine
+    seen = pathlib.Path("seen")
+    seen.mkdir(exist_ok=True)
+    line = f"{{os.environ.get('CUDA_VISIBLE_DEVICES')}} {{start}} {{time.time()}}"
+    (seen / "{name}.txt").write_text(line)
+    """
+)
+
+
+@pytest.mark.runs
+def test_gpu_check_runs_small_programs_side_by_side_on_disjoint_gpus(tmp_path, monkeypatch, capsys):
+    """Eight GPUs faked for gpu_check (each program's own run sees none): four one-process programs run side by side,
+    each with two GPUs of the owner's list; the program that uses every GPU runs after them, with the whole list."""
+    (tmp_path / "pytest.ini").write_text(INI)
+    folder = tmp_path / "snippets" / "planted"
+    folder.mkdir(parents=True)
+    for name in "abcd":
+        (folder / f"{name}.py").write_text(SEEN.format(header="", name=name))
+    (folder / "every_gpu.py").write_text(SEEN.format(header="# uses-gpus: all", name="every_gpu"))
+    owner = ",".join(str(10 + i) for i in range(8))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", owner)
+    monkeypatch.setattr(gpu_check, "cuda_devices", lambda: 8)
+    monkeypatch.setattr(gpu_check, "write_environment", lambda out, root, record: None)
+    out = tmp_path / "out"
+    code = gpu_check.main(["--out", str(out), "--root", str(tmp_path), "--dry-run", "--no-benchmark"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0, (summary, capsys.readouterr().out)
+    seen = {}
+    for path in (tmp_path / "seen").glob("*.txt"):
+        visible, start, end = path.read_text().split()
+        seen[path.stem] = (visible, float(start), float(end))
+    small = {name: seen[name] for name in "abcd"}
+    assert {v for v, _, _ in small.values()} == {"10,11", "12,13", "14,15", "16,17"}  # disjoint, the owner's GPUs
+    assert max(start for _, start, _ in small.values()) < min(end for _, _, end in small.values())  # side by side
+    visible, start, _ = seen["every_gpu"]
+    assert visible == owner and start > max(end for _, _, end in small.values())  # alone, after them
+    assert summary["programs"]["snippets/planted/every_gpu.py"]["lane"] == "all-gpus"
