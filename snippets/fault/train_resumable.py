@@ -137,14 +137,10 @@ def requeue() -> None:
 
 
 # --8<-- [start:train]
-def train(
+def make_training(
     device: torch.device,
-    snapshot: Path,
-    before_step: Callable[[int], None] = lambda step: None,
-) -> tuple[nn.Module, list[float]] | None:
-    """Train to the end (the model and each step's
-    loss), or stop at a snapshot when warned (None)."""
-    # same data and initial weights on every rank, in every attempt
+) -> tuple[DataLoader, DistributedSampler, nn.Module, torch.optim.Optimizer]:
+    """Same data and initial weights on every rank, in every attempt."""
     torch.manual_seed(0)
     x = torch.randn(256, 10)
     dataset = TensorDataset(x, x[:, :5].sin())
@@ -155,14 +151,29 @@ def train(
     ).to(device)
     # momentum: state to restore
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return loader, sampler, model, optimizer
 
-    # before DDP wraps the model
-    done = load_snapshot(snapshot, model, optimizer, device)
+
+def attempt_number() -> int:
+    """Starts before this one: torchrun's restarts plus Slurm's requeues."""
     restarts, requeues = (
         int(os.environ.get(v, 0))
         for v in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
     )
-    attempt = restarts + requeues
+    return restarts + requeues
+
+
+def train(
+    device: torch.device,
+    snapshot: Path,
+    before_step: Callable[[int], None] = lambda step: None,
+) -> tuple[nn.Module, list[float]] | None:
+    """Train to the end (the model and each step's
+    loss), or stop at a snapshot when warned (None)."""
+    loader, sampler, model, optimizer = make_training(device)
+    # before DDP wraps the model
+    done = load_snapshot(snapshot, model, optimizer, device)
+    attempt = attempt_number()
     if dist.get_rank() == 0:
         print(f"attempt {attempt}: starting at step {done}")
     ddp_model = DDP(

@@ -83,7 +83,15 @@ def run(device: torch.device) -> None:
                 optimizer.step()
             prof.step()  # tell the schedule a step ended
     # --8<-- [end:profile]
+    trace, table = check_trace(prof, out_dir, rank)
+    if rank == 0:
+        print(table)
+        print(f"trace written: {trace}")
 
+
+def check_trace(prof: profile, out_dir: Path, rank: int) -> tuple[Path, str]:
+    """What the profiler recorded: the trace file with the
+    labels and the all-reduce, and the op table."""
     # --8<-- [start:check]
     traces = sorted(out_dir.glob(f"trace_rank{rank}_*.json"))
     # repeat=1: one active window, one file per rank
@@ -105,12 +113,9 @@ def run(device: torch.device) -> None:
     assert {"## forward ##", "## optimizer ##"} <= {row.key for row in averages}
     table = averages.table(sort_by="cpu_time_total", row_limit=8)
     # --8<-- [end:check]
-    if rank == 0:
-        print(table)
-        print(f"trace written: {traces[0]}")
+    return traces[0], table
 
 
-# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:

@@ -99,8 +99,9 @@ def batches(loader: DataLoader) -> list[torch.Tensor]:
     return list(loader)
 
 
-def run(device: torch.device) -> None:
-    rank = dist.get_rank()
+def initial_weights_synced(device: torch.device, rank: int) -> DDP:
+    """Per-rank seeds, different weights: DDP's
+    constructor makes them rank 0's everywhere."""
     # --8<-- [start:init-sync]
     # different seeds: each rank builds different initial weights
     seed_everything(rank)
@@ -120,7 +121,11 @@ def run(device: torch.device) -> None:
     # ...rank 0's: everyone starts from them
     assert torch.equal(flat_params(ddp_model.module), before[0])
     # --8<-- [end:init-sync]
+    return ddp_model
 
+
+def dropout_per_rank(ddp_model: DDP, device: torch.device) -> None:
+    """Per-rank seeds: each rank drops other units."""
     # --8<-- [start:dropout]
     ddp_model.train()
     # the Dropout layer alone
@@ -131,6 +136,10 @@ def run(device: torch.device) -> None:
     )
     # --8<-- [end:dropout]
 
+
+def workers_per_rank(device: torch.device, rank: int) -> None:
+    """DataLoader workers: what one seed for all shares,
+    and what per-rank generators and seed_worker fix."""
     # --8<-- [start:workers]
     torch.manual_seed(BASE_SEED)  # the article's advice: one seed everywhere
     w0, w1 = batches(DataLoader(RandomAugment(), batch_size=2, num_workers=2))
@@ -169,6 +178,13 @@ def run(device: torch.device) -> None:
         "a new run repeats the first epoch"
     )
     # --8<-- [end:workers]
+
+
+def run(device: torch.device) -> None:
+    rank = dist.get_rank()
+    ddp_model = initial_weights_synced(device, rank)
+    dropout_per_rank(ddp_model, device)
+    workers_per_rank(device, rank)
     if rank == 0:
         print(
             "weights synced by DDP; dropout and worker randomness per "
@@ -176,7 +192,6 @@ def run(device: torch.device) -> None:
         )
 
 
-# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:

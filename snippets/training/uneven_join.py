@@ -118,7 +118,6 @@ def run(device: torch.device) -> None:
             )
 
 
-# same as snippets/training/train_loop.py:main
 def main() -> None:
     device = setup()
     try:
