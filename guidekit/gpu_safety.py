@@ -24,6 +24,9 @@ Reach, honestly: a program is read with the helpers it imports from its own fold
 function, in order, through assignments, tuple unpacking, ``for`` targets (``zip``, ``enumerate``, ``.items()``),
 comprehensions, subscripts, attributes and method calls, and through the return values of the program's own
 functions; a device expression counts as the GPU (the branch CI never runs) unless it is literally ``"cpu"``.
+"Computed" means a result that may round differently on another device: a model called on inputs (a variable or
+parameter called), or a math op such as matmul, softmax or a sum; elementwise + - * / round the same everywhere
+(IEEE 754), and made data (``torch.tensor``), views, indexing and concatenation compute nothing.
 Not followed: function parameters (unknown, so never reported), values kept in containers other than literals,
 objects' attributes set in one method and read in another, and anything computed at run time. A mesh call counts
 as preceded by a group only where every path to it passes an ``init_process_group`` with a backend: both branches
@@ -54,6 +57,11 @@ FACTORIES = {
 }  # fmt: skip
 LIKE = {"zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "randint_like"}
 COMPARISONS = {"equal", "allclose", "isclose", "assert_close", "assert_allclose"}
+MATH = {
+    "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", "conv1d", "conv2d", "conv3d", "softmax",
+    "log_softmax", "layer_norm", "rms_norm", "scaled_dot_product_attention", "cross_entropy", "mse_loss", "gelu",
+    "silu", "exp", "log", "sum", "mean", "norm", "cumsum", "sin", "cos", "pow", "sqrt", "rsqrt",
+}  # fmt: skip  # ops whose results may round differently on another device
 PYTHON_VALUES = {"item", "tolist", "numpy", "size", "dim", "numel", "element_size", "data_ptr", "__len__"}
 PYTHON_FUNCTIONS = {"float", "int", "len", "round", "abs", "str", "bool", "range", "print", "isinstance"}
 DTYPE = re.compile(r"^(torch\.)?(float|double|half|bfloat|int|uint|long|short|bool|complex|cfloat)\w*$|dtype")
@@ -109,12 +117,20 @@ def join(a: Facts, b: Facts) -> Facts:
 
 
 def combine(values: list[Facts]) -> Facts:
-    """An operation's result: computed where its tensor operands are (the device if any is there)."""
+    """An operation's result: it resides where its tensor operands are (the device if any is there), and keeps
+    where they were computed. Elementwise + - * / round the same on every device (IEEE 754), and indexing, views
+    and concatenation compute nothing, so only a model's forward and the MATH ops count as computing (computed)."""
     tensors = [v for v in values if not v.python and v.resides]
     if not tensors:
         return PYTHON if values and all(v.python for v in values) else UNKNOWN
     where = "dev" if any(v.resides == "dev" for v in tensors) else "cpu"
-    return Facts(where, where, any(v.mapped for v in values))
+    done = {v.computed for v in values if v.computed}
+    return Facts(where, "dev" if "dev" in done else done.pop() if done else None, any(v.mapped for v in values))
+
+
+def computed(facts: Facts) -> Facts:
+    """The result of a computation that rounds (a forward, a matmul): computed where it resides."""
+    return replace(facts, computed=facts.resides) if facts.resides else facts
 
 
 def element(facts: Facts) -> Facts:
@@ -276,11 +292,11 @@ class Flow:
         args = [self.value(a, env) for a in node.args]
         base = self.value(func.value, env) if isinstance(func, ast.Attribute) else UNKNOWN
         prefix = dotted(func.value) if isinstance(func, ast.Attribute) else ""
-        if prefix == "torch" and name in FACTORIES:
-            return on(device_of(keyword(node, "device")) or "cpu")
+        if prefix == "torch" and name in FACTORIES:  # made there, not computed: data, like a constant
+            return Facts(resides=device_of(keyword(node, "device")) or "cpu")
         if prefix == "torch" and name in LIKE:
             given = keyword(node, "device")
-            return on(device_of(given)) if given is not None else (element(args[0]) if args else UNKNOWN)
+            return Facts(resides=device_of(given)) if given is not None else (element(args[0]) if args else UNKNOWN)
         if prefix == "torch" and name == "load":
             where = device_of(keyword(node, "map_location"))
             return Facts(resides=where, mapped=where == "dev")
@@ -289,20 +305,20 @@ class Flow:
             return Facts(optim="step_dev" if on_device else "step_cpu")
         if isinstance(func, ast.Attribute):
             if name == "cpu":
-                return Facts("cpu", base.computed or base.resides, base.mapped)
+                return Facts("cpu", base.computed, base.mapped)
             if name == "cuda":
-                return Facts("dev", base.computed or base.resides, base.mapped)
+                return Facts("dev", base.computed, base.mapped)
             if name == "to":
                 target = keyword(node, "device") or (node.args[0] if node.args else None)
                 if target is None or DTYPE.search(dotted(target)):
                     return base
-                return Facts(device_of(target), base.computed or base.resides, base.mapped, base.optim)
+                return Facts(device_of(target), base.computed, base.mapped, base.optim)
             if name in PYTHON_VALUES:
                 return PYTHON
             if name in ("items", "values", "keys", "state_dict", "parameters", "named_parameters", "buffers"):
                 return element(base)
             if prefix in ("torch", "F", "nn.functional", "torch.nn.functional"):
-                return combine(args)
+                return computed(combine(args)) if name in MATH else combine(args)
             return element(base) if not args else combine([base, *args])
         if name in self.program.summaries:
             return self.program.summaries[name]
@@ -314,8 +330,9 @@ class Flow:
             return Facts(parts=(PYTHON, element(args[0]) if args else UNKNOWN))
         if name in ("list", "tuple", "sorted", "reversed"):
             return args[0] if args else UNKNOWN
-        callee = env.get(name, UNKNOWN)  # a model called on inputs: computed where they are
-        return combine([callee, *args]) if args else UNKNOWN
+        if name in env:  # a model called on inputs: computed where they are
+            return computed(combine([env[name], *args])) if args else UNKNOWN
+        return combine(args) if args else UNKNOWN  # a function the program imports
 
     def item_of(self, iterable: ast.AST, env: dict[str, Facts]) -> Facts:
         """What a `for` target gets from the iterable."""
@@ -415,7 +432,9 @@ class Flow:
     def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, env: dict[str, Facts] | None = None) -> Facts:
         returns: list[Facts] = []
         outer, self.function_name = self.function_name, node.name
-        self.block(node.body, dict(env or {}), returns)
+        arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        scope = {**(env or {}), **{a.arg: UNKNOWN for a in arguments}}  # known by name, not by value
+        self.block(node.body, scope, returns)
         self.function_name = outer
         if not returns:
             return UNKNOWN

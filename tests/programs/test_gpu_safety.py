@@ -326,5 +326,22 @@ def test_a_cpu_run_whose_group_would_have_no_cpu_backend_on_a_gpu_box_fails(pyte
         pytest.skip("this torch keeps a CPU backend in a group made without one")
     bad = pytester.runpytest_subprocess(*args, "snippets/planted/mesh_makes_group.py")
     bad.assert_outcomes(failed=1)
-    bad.stdout.fnmatch_lines(["*created its process group with backend 'undefined'*backends for ?'cuda'? only*"])  # fnmatch: ? for the brackets
+    bad.stdout.fnmatch_lines(
+        ["*created its process group with backend 'undefined'*backends for ?'cuda'? only*"]
+    )  # fnmatch: ? for the brackets
     pytester.runpytest_subprocess(*args, "snippets/planted/group_then_mesh.py").assert_outcomes(passed=1)
+
+
+def test_a_device_result_compared_with_made_data_passes():
+    """A tensor made on the CPU (torch.tensor, torch.full) is data, not a CPU computation: comparing a device
+    result brought back with .cpu() against it bit for bit is a fair check (an all-reduce of small integers)."""
+    source = IMPORTS + textwrap.dedent(
+        """
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", 0)
+        total = torch.ones(2, device=device) * 2
+        dist.all_reduce(total)
+        assert torch.equal(total.cpu(), torch.full((2,), 4.0))
+        """
+    )
+    assert rules(source) == []
