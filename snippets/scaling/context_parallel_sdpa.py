@@ -1,5 +1,5 @@
-"""PyTorch's context_parallel: SDPA becomes ring
-attention on CUDA; output and gradients equal one GPU's."""
+"""The older context_parallel context manager: SDPA becomes
+ring attention on CUDA; output and gradients equal one GPU's."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/context_parallel_sdpa.py
 # requires: gpus=2
 # output-varies: max \|[^|]+\| = (\S+)
@@ -68,13 +68,15 @@ def run(device: torch.device) -> None:
     )
     world = dist.get_world_size()
     mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("cp",))
-    torch.manual_seed(0)  # the same weights and input on every rank
+    # the same weights and input on every rank: drawn on the CPU, moved
+    torch.manual_seed(0)
     model = Attention().to(device)
-    x = torch.randn(BATCH, SEQ, DIM, device=device)
+    x = torch.randn(BATCH, SEQ, DIM).to(device)
     # has a ring version and takes fp32; flash needs fp16/bf16
     backend = SDPBackend.EFFICIENT_ATTENTION
 
-    with sdpa_kernel(backend):  # one GPU, the whole sequence: the reference
+    # one GPU, the whole sequence, the exact math kernel: the reference
+    with sdpa_kernel(SDPBackend.MATH):
         reference = model(x)
         reference.pow(2).sum().backward()
     reference_grad = model.qkv.weight.grad.clone()

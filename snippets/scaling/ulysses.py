@@ -141,7 +141,9 @@ def run(device: torch.device) -> None:
     except RuntimeError as error:
         message = f"{type(error).__name__}: {error}"
     # --8<-- [end:heads]
-    assert "does not divide equally" in message, message
+    # torch 2.15: all_to_all_single refuses; 2.10 lets it through
+    # and the view of what arrived fails
+    assert "divide equally" in message or "is invalid for" in message, message
     if rank == 0:
         print(f"3 heads on {world} ranks: {message}")
 
