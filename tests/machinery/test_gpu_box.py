@@ -410,3 +410,24 @@ def test_gpu_check_runs_small_programs_side_by_side_on_disjoint_gpus(tmp_path, m
     visible, start, _ = seen["every_gpu"]
     assert visible == owner and start > max(end for _, _, end in small.values())  # alone, after them
     assert summary["programs"]["snippets/planted/every_gpu.py"]["lane"] == "all-gpus"
+
+
+@pytest.mark.runs
+def test_a_program_that_needs_inductor_fails_first_where_its_tools_are_missing(pytester, monkeypatch):
+    """`# inductor: always` on a machine with no C compiler on PATH: the runner fails it before it starts, naming
+    what is missing; `# inductor: gpus` does not need Inductor on a machine without GPUs, and runs."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("PATH", str(pytester.path / "no-tools"))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    pytester.makeini(INI)
+    folder = pytester.path / "snippets" / "planted"
+    folder.mkdir(parents=True)
+    (folder / "always.py").write_text("# inductor: always\nprint('compiled')\n")
+    (folder / "on_gpus.py").write_text("# inductor: gpus\nprint('compiled')\n")
+    args = ["-p", "guidekit.runner", "--no-header", "--no-output-check"]
+    result = pytester.runpytest_subprocess(*args, "snippets/planted/always.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*compiles with Inductor on CPUs*lacks: a C compiler*a C++ compiler*"])
+    result.stdout.no_fnmatch_line("compiled")
+    pytester.runpytest_subprocess(*args, "snippets/planted/on_gpus.py").assert_outcomes(passed=1)
