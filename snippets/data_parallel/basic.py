@@ -1,6 +1,7 @@
 """Wrap a model in nn.DataParallel and check
 it computes what the bare model computes."""
 # launch: python snippets/data_parallel/basic.py
+# uses-gpus: all
 
 # --8<-- [start:model]
 import torch
