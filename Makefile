@@ -71,7 +71,8 @@ notebooks: $(BIN)/.installed  ## run every chapter notebook (notebooks/) as a re
 notebooks-write: $(BIN)/.installed  ## regenerate the chapter notebooks from the pages and snippets
 	$(BIN)/python -m guidekit.notebooks --write
 
-# On a GPU machine: every program (recorded under recordings/cuda/), the benchmark's full sweep, all in $(OUT).
+# On a GPU machine: every program (recorded under recordings/cuda-<n>/, n the box's GPUs), the benchmark's full sweep,
+# all in $(OUT).
 OUT ?= artifacts/gpu-check
 gpu-check: $(BIN)/.installed  ## on a GPU box: every program with NCCL where it can, the benchmark; all in OUT=DIR
 	$(BIN)/python -m guidekit.gpu_check --out $(OUT) $(ARGS)
