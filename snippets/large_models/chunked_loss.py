@@ -84,11 +84,11 @@ def chunked_loss_backward(hidden, head, targets, chunks):
     through the model below the head in one backward pass.
     """
     pieces = [c.detach().requires_grad_() for c in hidden.chunk(chunks)]
-    total = 0.0
+    total = torch.zeros((), device=hidden.device)
     for piece, target in zip(pieces, targets.chunk(chunks)):
         loss = chunk_loss(piece, head, target, len(targets))
         loss.backward()  # head.weight.grad accumulates; piece.grad is set
-        total += loss.item()
+        total += loss.detach()  # no .item(): no wait for the device
     hidden.backward(torch.cat([p.grad for p in pieces]))
     return total
 
@@ -132,7 +132,7 @@ def main() -> None:
     with SavedBytes() as one_chunk:  # the loss's graph over one chunk
         chunk_loss(piece, head, targets[: tokens // chunks], tokens)
     # --8<-- [end:measure]
-    chunked = chunked_loss_backward(hidden, head, targets, chunks)
+    chunked = chunked_loss_backward(hidden, head, targets, chunks).item()
 
     # below the loss, both graphs save the same: the head's input, the
     # targets (int64) and cross_entropy's 4-byte weight sum
