@@ -1,6 +1,8 @@
 """Today's context-parallel API: inputs sharded by a load
 balancer, FlexAttention with a document mask over the CP mesh."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/context_parallel_shard.py
+# output-excerpt: positions ^\d+ positions
+# output-excerpt: documents ^document mask
 
 import os
 

@@ -7,6 +7,7 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BATCH, HEADS, SEQ, HEAD_DIM = 2, 4, 32, 8
 
@@ -115,11 +116,11 @@ def ring_attention(q, k, v, causal: bool, layout: str = "contiguous"):
 def run(device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     # --8<-- [start:check]
-    # the same full sequence on every rank, for the one-process reference
+    # the same full sequence on every rank, for the one-process
+    # reference: drawn on the CPU, then moved
     torch.manual_seed(0)
     q_all, k_all, v_all = (
-        torch.randn(BATCH, HEADS, SEQ, HEAD_DIM, device=device)
-        for _ in range(3)
+        torch.randn(BATCH, HEADS, SEQ, HEAD_DIM).to(device) for _ in range(3)
     )
     results = []
     for causal, layout in (
@@ -131,9 +132,10 @@ def run(device: torch.device) -> None:
         # this rank's block of the sequence
         q, k, v = (t[:, :, mine] for t in (q_all, k_all, v_all))
         out, pairs, skipped = ring_attention(q, k, v, causal, layout)
-        full = F.scaled_dot_product_attention(
-            q_all, k_all, v_all, is_causal=causal
-        )[:, :, mine]
+        with sdpa_kernel(SDPBackend.MATH):  # exact fp32 on every device
+            full = F.scaled_dot_product_attention(
+                q_all, k_all, v_all, is_causal=causal
+            )[:, :, mine]
         torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-6)
         error = (out - full).abs().max()
         dist.all_reduce(error, op=dist.ReduceOp.MAX)  # the worst rank
