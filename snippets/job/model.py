@@ -4,6 +4,7 @@ so a safetensors file of either loads into the other as it is. Run alone, it
 checks the document mask: a packed row gives each document the logits it
 gets alone."""
 # launch: python snippets/job/model.py
+# output-varies: max \|diff\| = (\S+)
 
 from dataclasses import dataclass
 

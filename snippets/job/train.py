@@ -5,12 +5,12 @@ gradient accumulation, packed documents, asynchronous DCP checkpoints with
 an exact resume, and a safetensors export that transformers loads."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/job/train.py --tp=2 --steps=8
 # timeout: 300
-# output-varies: \| ([\d,]+) tok/s
-# output-varies: \| (peak RSS [\d,]+ MiB)
-# output-varies: loss (\d\.\d+)
-# output-varies: grad norm (\d\.\d+)
-# output-varies: (\d+) rows
-# output-varies: written to (\S+)
+# output-varies: loss (\d+\.\d+)
+# output-varies: grad norm (\d+\.\d+)
+# output-varies: ([\d,]+) tok/s
+# output-varies: peak RSS ([\d,]+) MiB
+# output-varies: ; (\d+) rows
+# output-varies: exported to (\S+)
 
 # --8<-- [start:imports]
 import os
@@ -119,7 +119,14 @@ def parse_config(argv: list[str] | None = None) -> Config:
         else:
             kind = f.type.__args__[0] if f.default is None else f.type
             parser.add_argument(flag, type=kind, default=f.default)
-    return Config(**vars(parser.parse_args(argv)))
+    cfg = Config(**vars(parser.parse_args(argv)))
+    # checked before any process group exists: set by torchrun
+    dp = int(os.environ["WORLD_SIZE"]) // cfg.tp
+    assert dp % cfg.replicate == 0, "world != replicate x shard x tp"
+    assert cfg.global_batch % (dp * cfg.micro_batch) == 0, (
+        f"global batch {cfg.global_batch} != {dp} ranks x micro-batches"
+    )
+    return cfg
 
 
 # --8<-- [end:config]
@@ -157,11 +164,7 @@ def teardown_mesh(mesh: DeviceMesh) -> None:
 def make_mesh(cfg: Config, device: torch.device) -> DeviceMesh:
     """(replicate, shard, tp), the last dimension the
     fastest: tp groups are consecutive ranks, one node."""
-    world = dist.get_world_size()
-    shard = world // (cfg.replicate * cfg.tp)
-    assert cfg.replicate * shard * cfg.tp == world, (
-        f"{world} ranks do not split into {cfg.replicate} x ? x {cfg.tp}"
-    )
+    shard = dist.get_world_size() // (cfg.replicate * cfg.tp)
     # the process group exists already, with its backend
     return init_device_mesh(
         device.type,
@@ -218,9 +221,6 @@ class Sampler:
     on any number of ranks."""
 
     def __init__(self, rows: int, cfg: Config, dp_rank: int, dp: int):
-        assert cfg.global_batch % (dp * cfg.micro_batch) == 0, (
-            f"global batch {cfg.global_batch} vs {dp} x {cfg.micro_batch}"
-        )
         self.rows, self.batch, self.seed = rows, cfg.global_batch, cfg.seed
         self.mine = slice(
             dp_rank * self.batch // dp, (dp_rank + 1) * self.batch // dp

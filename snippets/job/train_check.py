@@ -9,7 +9,8 @@
 # ranks: 4
 # timeout: 900
 # output-varies: (\d\.\d{6})
-# output-varies: (\d\.\de-\d\d)
+# output-varies: loss (\S+) \(bound
+# output-varies: norm (\S+) \(bound
 
 import json
 import math
