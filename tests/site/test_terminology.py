@@ -8,16 +8,16 @@ import pytest
 
 from guidekit.pages import DOCS
 from guidekit.terminology import (
-    calculators_ko,
-    figure_text,
-    lines_keeping_numbers,
-    yaml_value,
     Rule,
+    calculators_ko,
     check_text,
+    figure_text,
     korean_texts,
+    lines_keeping_numbers,
     load_rules,
     other_korean_texts,
     report,
+    yaml_value,
 )
 
 
@@ -75,6 +75,18 @@ def test_planted_variant_is_caught():
         ("Zhang et al.의 논문", {"et al."}),
         ("`module.` 접두어를 뗍니다.", {"접두어"}),
         ("`base_seed + rank`로 시드하면", {"시드하다"}),
+        # the term drift the 2026-12-06 Korean review found where the glossary had no row
+        ("옵티마이저 업데이트가 끝나면", {"업데이트"}),
+        ("첫 이터레이션에서 훅을 기록합니다.", {"이터레이션"}),
+        ("CUDA 캐싱 할당기의 수치", {"할당기"}),
+        ("CUDA의 퓨즈드 커널은", {"퓨즈드"}),
+        ("마지막 출력 층의 가중치", {"출력 층"}),
+        ("fp32 행렬 곱셈에 TF32를 씁니다.", {"행렬 곱"}),
+        ("[meta 장치에 만들기]", {"meta 장치"}),
+        ("위치 테이블을 미리 만듭니다.", {"위치 테이블"}),
+        ("활성화 체크포인팅을 켭니다.", {"활성화 체크포인팅"}),
+        ("활성화 값 체크포인팅을 켭니다.", {"활성화 값"}),  # the tutorials' spelling
+        ("옵티마이저 단계에서 상태가 생깁니다.", {"옵티마이저 단계"}),
     ],
 )
 def test_review_slips_are_caught(line, rejected):
@@ -91,6 +103,9 @@ def test_review_slips_are_caught(line, rejected):
         "배치를 마이크로배치로 쪼개고, 배치 크기를 정합니다.",  # 배치 is the batch
         "[파이썬 문서](https://docs.python.org/3/library/os.html)를 보세요.",
         "누적 스텝을 2로 둔 경우와 ZeRO 3단계",
+        "출력층과 행렬곱, 융합 커널(fused kernel), 메타 장치, CUDA 캐싱 할당자, 위치 표를 갱신합니다. 첫 반복에서",
+        "활성값 체크포인팅(activation checkpointing, 활성화 체크포인팅)을 켭니다.",  # the tutorials' term in a gloss
+        "`meta` 장치의 텐서와 `torch.matmul` 행렬곱",
     ],
 )
 def test_correct_text_is_not_flagged(line):
