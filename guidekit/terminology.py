@@ -12,6 +12,8 @@ the glossary's introduction explains:
   ``장애 허용(fault tolerance, 내결함성)``), may hold any spelling: it names the term, it does not use it.
 
 Code (fences, inline code), link targets, heading ids and HTML comments are not prose and are not checked.
+`parenthesis_breaks` finds the other slip a source makes in Korean prose: a line break right before "(", which the
+page shows as a space.
 Besides the Korean pages and notebook cells, the Korean strings the site shows from elsewhere are checked too: the
 figures' text, the build's Korean phrases (theme/text/ko.yml) and the calculators' Korean labels; and the
 Korean chapter notebooks (notebooks/ko/).
@@ -197,6 +199,24 @@ def other_korean_texts() -> list[tuple[str, str, bool]]:
                 source = "".join(cell.get("source", []))
                 texts.append((f"{path.relative_to(ROOT).as_posix()} (markdown cell {index})", source, False))
     return texts
+
+
+def parenthesis_breaks(text: str) -> list[Finding]:
+    """Lines of prose that end where the next line opens with "(": Markdown joins the two lines with a space, so the
+    page shows "재진입 (reentrant)" or "…입니다 ([링크])" where Korean writes the parenthesis right after the word.
+    A line that ends a sentence (".", "?", "!", ":") may be followed by one; tables, headings and code are not prose."""
+    inside = set()
+    for fence in fences(text):
+        inside.update(range(fence.line - 1, fence.line + len(fence.body) + 1))
+    lines = text.splitlines()
+    found = []
+    for n, (line, following) in enumerate(zip(lines, lines[1:])):
+        if n in inside or n + 1 in inside or not following.lstrip().startswith("("):
+            continue
+        stripped = line.strip()
+        if stripped and not stripped.startswith(("|", "#", "<")) and not stripped.endswith((".", "?", "!", ":")):
+            found.append(Finding(n + 1, "⏎(", "no line break before (", f"{stripped[-40:]}⏎{following.strip()[:40]}"))
+    return found
 
 
 def report(name: str, findings: list[Finding]) -> str:

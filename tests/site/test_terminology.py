@@ -16,6 +16,7 @@ from guidekit.terminology import (
     lines_keeping_numbers,
     load_rules,
     other_korean_texts,
+    parenthesis_breaks,
     report,
     yaml_value,
 )
@@ -132,3 +133,18 @@ def test_preferred_spelling_is_not_flagged():
     rules = [Rule(("혼합 정밀도",), ("혼합 정밀",)), Rule(("키-값 저장소(TCPStore)",), ("TCP 저장소",))]
     assert not check_text("혼합 정밀도(mixed precision)와 키-값 저장소(TCPStore)", rules)
     assert [f.rejected for f in check_text("혼합 정밀 학습과 TCP 저장소", rules)] == ["혼합 정밀", "TCP 저장소"]
+
+
+@pytest.mark.parametrize("name,text", korean_texts(), ids=lambda v: v if isinstance(v, str) and len(v) < 80 else "")
+def test_no_line_break_before_parenthesis(name, text):
+    """The 2026-12-06 review found 62 source lines that break right before "(": the page shows "재진입 (reentrant)"."""
+    findings = parenthesis_breaks(text)
+    assert not findings, "join the parenthesis to the word before it (move that word down a line):\n" + "\n".join(
+        f"{name}:{f.line}: {f.text}" for f in findings
+    )
+
+
+def test_parenthesis_break_is_caught():
+    page = "재진입\n(reentrant) 구현을 씁니다. 다음 문장입니다.\n(참고로 이것은 괜찮습니다)\n\n```text\nx\n(y)\n```\n"
+    page += "- 목록의 항목이 이어지다가\n  ([링크](x.md))로 끝납니다.\n| 표 |\n(표 다음)\n"
+    assert [f.line for f in parenthesis_breaks(page)] == [1, 9]
