@@ -1,17 +1,12 @@
 """Activation checkpointing under DDP: the same gradients, a fraction of the
 activations saved for backward, one more forward per block. Selective
-checkpointing keeps the matmuls and recomputes the rest. Reentrant
-checkpointing stops DDP with "Expected to mark a variable ready only once",
-in its two usual forms; non-reentrant checkpointing or DDP's static graph
-fixes both."""
+checkpointing keeps the matmuls and recomputes the rest."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/checkpoint_ddp.py
-# output-excerpt: table ^(?:DDP|full:)
-# output-excerpt: reentrant ^(?:reentrant|fixed)
+# output-varies: ^(?:none|full|selective) .* (\S+)$
 
 import functools
 import inspect
 import os
-import textwrap
 
 import torch
 import torch._dynamo  # before init_process_group: see the debugging page
@@ -97,7 +92,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(hidden)
         self.fc1 = nn.Linear(hidden, 4 * hidden)
         self.fc2 = nn.Linear(4 * hidden, hidden)
-        self.drop = nn.Dropout(dropout)  # p=0: saves nothing
+        # one per branch; p=0: saves nothing
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -108,35 +104,29 @@ class Block(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(b, t, d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attention(self.ln1(x)))
-        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+        x = x + self.drop1(self.attention(self.ln1(x)))
+        return x + self.drop2(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
 
 class TinyLM(nn.Module):
-    """`checkpointing`: "none", "full", "selective", or "reentrant" (full, the
-    old implementation); `shared`: run the last block twice, as models that
-    share layers do."""
+    """`checkpointing`: "none", "full" or "selective", for every block."""
 
     def __init__(
-        self, vocab=256, hidden=64, heads=4, layers=4, checkpointing="none",
-        shared=False,
-    ):  # fmt: skip
+        self, vocab=256, hidden=64, heads=4, layers=4, checkpointing="none"
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
         self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, vocab, bias=False)
-        self.checkpointing, self.shared = checkpointing, shared
+        self.checkpointing = checkpointing
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
-        blocks = [*self.blocks, self.blocks[-1]] if self.shared else self.blocks
-        for block in blocks:
+        for block in self.blocks:
             if self.checkpointing == "full":
                 # keep only the block's input; rerun its forward in backward
                 x = checkpoint(block, x, use_reentrant=False)
-            elif self.checkpointing == "reentrant":  # breaks DDP: see below
-                x = checkpoint(block, x, use_reentrant=True)
             elif self.checkpointing == "selective":
                 x = selective_checkpoint(block, x)
             else:
@@ -178,13 +168,13 @@ class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
 
 
 # --8<-- [start:step]
-def train_step(ids, targets, device, model_options: dict, **ddp_options):
+def train_step(ids, targets, device, checkpointing: str):
     """One DDP step of a fresh TinyLM: the bytes saved for backward, the
     FLOPs, the gradients."""
     torch.manual_seed(0)  # the same initial weights for every variant
-    model = TinyLM(**model_options).to(device)
+    model = TinyLM(checkpointing=checkpointing).to(device)
     device_ids = [device.index] if device.type == "cuda" else None
-    ddp = DDP(model, device_ids=device_ids, **ddp_options)
+    ddp = DDP(model, device_ids=device_ids)
     with FlopCounterMode(display=False) as flops:
         with SavedBytes() as saved:
             logits = ddp(ids)
@@ -197,32 +187,22 @@ def train_step(ids, targets, device, model_options: dict, **ddp_options):
 # --8<-- [end:step]
 
 
-def first_lines(error: Exception) -> str:
-    """The message's first sentence and the one that names the parameter,
-    wrapped to fit."""
-    lines = str(error).splitlines()
-    named = [line for line in lines if line.startswith("Parameter at index")]
-    sentences = [line.split(". ")[0] + "." for line in lines[:1] + named]
-    return "\n".join(
-        textwrap.fill(x, 76, subsequent_indent="  ") for x in sentences
-    )
-
-
-def run(device: torch.device) -> None:
+def my_batch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
-    ids = torch.randint(256, (4 * world, 64), device=device)
-    targets = torch.randint(256, (4 * world, 64), device=device)
-    ids = ids.chunk(world)[rank].clone()  # this rank's 4 sequences
-    targets = targets.chunk(world)[rank].clone()
-    show = print if rank == 0 else (lambda *args, **kwargs: None)
+    # the global batch, drawn on the CPU: the same on every rank
+    ids = torch.randint(256, (4 * world, 64))
+    targets = torch.randint(256, (4 * world, 64))
+    mine = slice(4 * rank, 4 * rank + 4)  # this rank's 4 sequences
+    # copies: a view would keep the whole batch's storage alive (and counted)
+    return ids[mine].clone().to(device), targets[mine].clone().to(device)
 
+
+def compare(device: torch.device) -> tuple[dict, dict]:
+    ids, targets = my_batch(device)
     # --8<-- [start:compare]
     modes = ("none", "full", "selective")
-    runs = {
-        mode: train_step(ids, targets, device, dict(checkpointing=mode))
-        for mode in modes
-    }
+    runs = {mode: train_step(ids, targets, device, mode) for mode in modes}
     saved, flops, grads = runs["none"]
     # bit-identical on CPU: the recomputation is exact; a GPU's attention
     # backward may add in a different order
@@ -234,73 +214,38 @@ def run(device: torch.device) -> None:
         )
         assert diffs[mode] <= limit, (mode, diffs[mode])
     full_saved, full_flops, _ = runs["full"]
-    assert saved / full_saved > 5  # a block's 16 tensors of width d become 1
+    assert saved / full_saved > 5, "a block's 16 tensors of width d become 1"
     # at most one more forward, and forward + backward = 3 forwards
-    assert flops < full_flops <= flops * 4 / 3
+    assert flops < full_flops <= flops * 4 / 3, (flops, full_flops)
     selective_saved, selective_flops, _ = runs["selective"]
-    assert selective_flops == flops  # no matmul or attention runs twice
+    assert selective_flops == flops, "no matmul or attention runs twice"
     if HOOKS_SEE_SAC:
-        assert full_saved < selective_saved < saved
+        assert full_saved < selective_saved < saved, selective_saved
     # --8<-- [end:compare]
+    return runs, diffs
 
-    show(f"DDP, {world} ranks; TinyLM, 4 blocks; {ids.numel()} tokens a rank")
-    show(f"{'checkpointing':14}{'saved for backward':>20}", end="")
-    show(f"{'FLOPs':>16}{'max |Δ grad|':>15}")
+
+def report(runs: dict, diffs: dict) -> None:
+    (saved, flops, _), (full_saved, full_flops, _) = runs["none"], runs["full"]
+    world = dist.get_world_size()
+    print(f"DDP, {world} ranks; TinyLM, 4 blocks; 256 tokens a rank")
+    print(f"{'checkpointing':14}{'saved for backward':>20}", end="")
+    print(f"{'FLOPs':>16}{'max |Δ grad|':>15}")
     for mode, (nbytes, count, _) in runs.items():
         visible = mode != "selective" or HOOKS_SEE_SAC
         shown = f"{nbytes:,} B" if visible else "(not visible)"
-        show(f"{mode:14}{shown:>20}{count:>16,}{diffs[mode]:>15.3g}")
-    show(f"full: {saved / full_saved:.1f}× fewer bytes saved, ", end="")
-    show(f"{full_flops / flops:.3f}× the FLOPs")
-
-    # --8<-- [start:errors]
-    unused = dict(find_unused_parameters=True)
-    for title, model_options, ddp_options in [
-        (
-            "reentrant, find_unused_parameters=True",
-            dict(checkpointing="reentrant"),
-            unused,
-        ),
-        (
-            "reentrant, a block used twice",
-            dict(checkpointing="reentrant", shared=True),
-            {},
-        ),
-    ]:
-        try:
-            train_step(ids, targets, device, model_options, **ddp_options)
-            raise AssertionError(f"{title}: no error")
-        except RuntimeError as error:
-            message = "Expected to mark a variable ready only once."
-            assert str(error).startswith(message), error
-            show(f"{title}: RuntimeError")
-            show(textwrap.indent(first_lines(error), "  "))
-    # --8<-- [end:errors]
-
-    # --8<-- [start:fixes]
-    for shared in (False, True):
-        # without checkpointing
-        *_, reference = train_step(ids, targets, device, dict(shared=shared))
-        for title, model_options, ddp_options in [
-            ("use_reentrant=False", dict(checkpointing="full"),
-             dict(find_unused_parameters=not shared)),
-            ("static_graph=True", dict(checkpointing="reentrant"),
-             dict(static_graph=True)),
-        ]:  # fmt: skip
-            options = dict(model_options, shared=shared)
-            *_, grads = train_step(ids, targets, device, options, **ddp_options)
-            pairs = zip(reference, grads)
-            diff = max((a - b).abs().max().item() for a, b in pairs)
-            assert diff <= limit, (title, shared, diff)
-            case = " (block used twice)" if shared else ""
-            show(f"fixed by {title}{case}: max |Δ grad| = {diff:.3g}")
-    # --8<-- [end:fixes]
+        print(f"{mode:14}{shown:>20}{count:>16,}{diffs[mode]:>15.3g}")
+    print(f"full: {saved / full_saved:.1f}× fewer bytes saved, ", end="")
+    print(f"{full_flops / flops:.3f}× the FLOPs")
 
 
 def main() -> None:
     device = setup()
     try:
-        run(device)  # the models, failed ones too, go before the group does
+        # every DDP model lives and dies in here, before the group goes
+        runs, diffs = compare(device)
+        if dist.get_rank() == 0:
+            report(runs, diffs)
     finally:
         dist.destroy_process_group()
 

@@ -43,7 +43,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(hidden)
         self.fc1 = nn.Linear(hidden, 4 * hidden)
         self.fc2 = nn.Linear(4 * hidden, hidden)
-        self.drop = nn.Dropout(dropout)  # p=0: saves nothing
+        # one per branch; p=0: saves nothing
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -54,8 +55,8 @@ class Block(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(b, t, d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attention(self.ln1(x)))
-        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+        x = x + self.drop1(self.attention(self.ln1(x)))
+        return x + self.drop2(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
 
 # --8<-- [start:model]

@@ -67,75 +67,81 @@ def clip_grad_norm_pp(
 # --8<-- [end:clip]
 
 
-def main() -> None:
-    device = setup()
+def run(device: torch.device) -> None:
     rank, stages = dist.get_rank(), dist.get_world_size()  # one stage per rank
+    reference = make_model().to(device)
+    part = stage_layers(copy.deepcopy(reference), rank, stages)
+    torch.manual_seed(1)
+    # drawn on the CPU: the same batch on every rank, whatever its GPU
+    x = torch.randn(16, 32).to(device)
+    y = x[:, :8].cos()
+    loss_fn = nn.MSELoss()
+
+    # --8<-- [start:reference]
+    # one process, the whole model and batch
+    loss = loss_fn(reference(x), y)
+    loss.backward()
+    ref_norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), MAX_NORM)
+    assert ref_norm > MAX_NORM  # clipping really happens
+    # --8<-- [end:reference]
+
+    # --8<-- [start:pipeline]
+    stage = PipelineStage(
+        part, stage_index=rank, num_stages=stages, device=device
+    )
+    schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=loss_fn)
+    if stage.is_first:
+        schedule.step(x)
+    else:
+        schedule.step(target=y)
+    # this stage's gradients, nothing else
+    grads = [p.grad for p in part.parameters()]
+    # --8<-- [end:pipeline]
+
+    # --8<-- [start:wrong]
+    # what clip_grad_norm_ on the stage would use
+    local = torch.nn.utils.get_total_norm(grads)
+    norms = [torch.zeros_like(local) for _ in range(stages)]
+    dist.all_gather(norms, local)
+    # a part of the model is not the model
+    assert not torch.allclose(local, ref_norm)
+    # --8<-- [end:wrong]
+
+    # --8<-- [start:fix]
+    total = clip_grad_norm_pp(part.parameters(), MAX_NORM)
+    torch.testing.assert_close(total, ref_norm)
+    for p, ref in zip(
+        part.parameters(),
+        stage_layers(reference, rank, stages).parameters(),
+    ):
+        # clipped exactly as one process clips
+        torch.testing.assert_close(p.grad, ref.grad)
+    # --8<-- [end:fix]
+    if rank == 0:
+        report(norms, total, ref_norm)
+
+
+def report(norms: list, total: torch.Tensor, ref_norm: torch.Tensor) -> None:
+    squares = " + ".join(f"{n.item():.6f}^2" for n in norms)
+    print(f"stage norms: {', '.join(f'{n.item():.6f}' for n in norms)}")
+    print(
+        "clip_grad_norm_ per stage would scale by "
+        f"{', '.join(f'{MAX_NORM / n.item():.4f}' for n in norms)}"
+    )
+    print(
+        f"sqrt({squares}) = {total.item():.6f} == one process "
+        f"{ref_norm.item():.6f}"
+    )
+    print(
+        f"every stage scales by {MAX_NORM / total.item():.4f}; "
+        "clipped gradients equal one process"
+    )
+
+
+def main() -> None:
+    device = setup()  # the process group first, with its backend
     try:
-        reference = make_model().to(device)
-        part = stage_layers(copy.deepcopy(reference), rank, stages)
-        torch.manual_seed(1)
-        x = torch.randn(16, 32, device=device)
-        y = x[:, :8].cos()
-        loss_fn = nn.MSELoss()
-
-        # --8<-- [start:reference]
-        # one process, the whole model and batch
-        loss = loss_fn(reference(x), y)
-        loss.backward()
-        ref_norm = torch.nn.utils.clip_grad_norm_(
-            reference.parameters(), MAX_NORM
-        )
-        assert ref_norm > MAX_NORM  # clipping really happens
-        # --8<-- [end:reference]
-
-        # --8<-- [start:pipeline]
-        stage = PipelineStage(
-            part, stage_index=rank, num_stages=stages, device=device
-        )
-        schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=loss_fn)
-        if stage.is_first:
-            schedule.step(x)
-        else:
-            schedule.step(target=y)
-        # this stage's gradients, nothing else
-        grads = [p.grad for p in part.parameters()]
-        # --8<-- [end:pipeline]
-
-        # --8<-- [start:wrong]
-        # what clip_grad_norm_ on the stage would use
-        local = torch.nn.utils.get_total_norm(grads)
-        norms = [torch.zeros_like(local) for _ in range(stages)]
-        dist.all_gather(norms, local)
-        # a part of the model is not the model
-        assert not torch.allclose(local, ref_norm)
-        # --8<-- [end:wrong]
-
-        # --8<-- [start:fix]
-        total = clip_grad_norm_pp(part.parameters(), MAX_NORM)
-        torch.testing.assert_close(total, ref_norm)
-        for p, ref in zip(
-            part.parameters(),
-            stage_layers(reference, rank, stages).parameters(),
-        ):
-            # clipped exactly as one process clips
-            torch.testing.assert_close(p.grad, ref.grad)
-        # --8<-- [end:fix]
-
-        if rank == 0:
-            squares = " + ".join(f"{n.item():.6f}^2" for n in norms)
-            print(f"stage norms: {', '.join(f'{n.item():.6f}' for n in norms)}")
-            print(
-                "clip_grad_norm_ per stage would scale by "
-                f"{', '.join(f'{MAX_NORM / n.item():.4f}' for n in norms)}"
-            )
-            print(
-                f"sqrt({squares}) = {total.item():.6f} == one process "
-                f"{ref_norm.item():.6f}"
-            )
-            print(
-                f"every stage scales by {MAX_NORM / total.item():.4f}; "
-                "clipped gradients equal one process"
-            )
+        run(device)
     finally:
         dist.destroy_process_group()
 

@@ -59,7 +59,8 @@ def make_model() -> nn.Sequential:
 def run(mesh: DeviceMesh, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
-    x = torch.randn(32, 16, device=device)
+    # drawn on the CPU: the same batch on every rank, whatever its GPU
+    x = torch.randn(32, 16).to(device)
     y = x.cos()
 
     # --8<-- [start:reference]
@@ -114,7 +115,7 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
 
 
 def main() -> None:
-    device = setup()
+    device = setup()  # the process group first, with its backend
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     try:
         # every model lives and dies in here, before the groups go

@@ -21,7 +21,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(hidden)
         self.fc1 = nn.Linear(hidden, 4 * hidden)
         self.fc2 = nn.Linear(4 * hidden, hidden)
-        self.drop = nn.Dropout(dropout)  # p=0: saves nothing
+        # one per branch; p=0: saves nothing
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -32,8 +33,8 @@ class Block(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(b, t, d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attention(self.ln1(x)))
-        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+        x = x + self.drop1(self.attention(self.ln1(x)))
+        return x + self.drop2(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
 
 class TinyLM(nn.Module):
@@ -138,24 +139,23 @@ def saved_by_forward(model, ids, targets, autocast=None) -> SavedBytes:
     return saved
 
 
-def main() -> None:
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
+VOCAB, HIDDEN, HEADS, LAYERS = 256, 64, 4, 4
+SHAPE = (VOCAB, HIDDEN, HEADS, LAYERS)
+
+
+def measure_step(ids: torch.Tensor, targets: torch.Tensor) -> dict:
+    """Two training steps; the second one measured: what its forward saves,
+    and, on a GPU, what the CUDA caching allocator holds after each phase."""
+    cuda = ids.is_cuda
     allocated = torch.cuda.memory_allocated if cuda else (lambda: 0)
-    vocab, hidden, heads, layers, batch, seq = 256, 64, 4, 4, 4, 64
-    shape = (vocab, hidden, heads, layers)
-    tokens = batch * seq
-    torch.manual_seed(0)
-    ids = torch.randint(vocab, (batch, seq), device=device)
-    targets = torch.randint(vocab, (batch, seq), device=device)
 
     def cross_entropy(logits):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     # --8<-- [start:step]
     start = allocated()
-    with torch.device(device):
-        model = TinyLM(*shape)
+    with torch.device(ids.device):
+        model = TinyLM(*SHAPE)
     params_alloc = allocated() - start
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     # a first step: on a GPU it also allocates cuBLAS's workspace
@@ -178,22 +178,41 @@ def main() -> None:
     optimizer.step()
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     # --8<-- [end:step]
+    return dict(
+        model=model, optimizer=optimizer, saved=saved, peak=peak,
+        params_alloc=params_alloc, state_alloc=state_alloc,
+        forward_alloc=forward_alloc, grads_alloc=grads_alloc,
+    )  # fmt: skip
 
+
+def training_state(model: TinyLM, optimizer) -> list[tuple[str, int, int]]:
+    """Parameters, gradients and Adam's state: (name, formula, measured)."""
     params = storage_bytes(model.parameters())
     grads = storage_bytes(p.grad for p in model.parameters())
     states = optimizer.state.values()
     state = storage_bytes(t for s in states for t in s.values())
     n_params = sum(p.numel() for p in model.parameters())
     n_tensors = len(list(model.parameters()))
-    assert n_params == parameter_count(vocab, hidden, layers)
-    assert params == grads == 4 * n_params  # fp32: 4 bytes each
+    assert n_params == parameter_count(VOCAB, HIDDEN, LAYERS)
+    assert params == grads == 4 * n_params, "fp32: 4 bytes each"
     # exp_avg, exp_avg_sq, and a 4-byte `step` per tensor
-    assert state == 2 * 4 * n_params + 4 * n_tensors
+    adam = 2 * 4 * n_params + 4 * n_tensors
+    assert state == adam, (state, adam)
+    return [
+        ("parameters (P × 4 B)", 4 * n_params, params),
+        ("gradients (P × 4 B)", 4 * n_params, grads),
+        ("Adam state (2 × P × 4 B + 4 B × tensors)", adam, state),
+    ]
 
+
+def activation_rows(model, ids, targets) -> list[tuple[str, int, int]]:
+    """The forward pass in five settings, each measured against
+    activation_bytes(): (name, formula, measured)."""
+    device, cuda = ids.device, ids.is_cuda
     # --8<-- [start:variants]
-    bf16_model = TinyLM(*shape).to(device, torch.bfloat16)
-    dropout_model = TinyLM(*shape, dropout=0.1).to(device)
-    checkpointed = TinyLM(*shape, ckpt=True).to(device)
+    bf16_model = TinyLM(*SHAPE).to(device, torch.bfloat16)
+    dropout_model = TinyLM(*SHAPE, dropout=0.1).to(device)
+    checkpointed = TinyLM(*SHAPE, ckpt=True).to(device)
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     matmul_weights = sum(m.weight.numel() for m in linears)
     fp32 = dict(residual=4, compute=4)
@@ -218,24 +237,58 @@ def main() -> None:
     rows = []
     for name, net, autocast, kwargs, extra in variants:
         measured = saved_by_forward(net, ids, targets, autocast).total
-        formula = activation_bytes(
-            tokens, hidden, heads, layers, vocab, **kwargs
-        )
+        formula = activation_bytes(ids.numel(), *SHAPE[1:], VOCAB, **kwargs)
         predicted = formula + extra
         assert abs(measured - predicted) <= tolerance * predicted, name
         rows.append((f"activations, {name}", predicted, measured))
-    assert rows[0][2] == saved.total
-    adam = 2 * 4 * n_params + 4 * n_tensors
-    rows = [
-        ("parameters (P × 4 B)", 4 * n_params, params),
-        ("gradients (P × 4 B)", 4 * n_params, grads),
-        ("Adam state (2 × P × 4 B + 4 B × tensors)", adam, state),
-        *rows,
-    ]
+    return rows
 
-    print(f"TinyLM: V={vocab}, d={hidden}, h={heads}, L={layers}; ", end="")
+
+def allocator_table(step: dict, ids, targets) -> None:
+    """On a GPU: what torch.cuda.memory_allocated saw, beside the bytes
+    counted. The allocator rounds each block up to 512 bytes; Adam's `step`
+    counters stay on the CPU; the inputs were allocated before the forward."""
+    print("CUDA caching allocator (torch.cuda.memory_allocated):")
+    model, saved = step["model"], step["saved"]
+    params = storage_bytes(model.parameters())
+    grads = storage_bytes(p.grad for p in model.parameters())
+    n_tensors = len(list(model.parameters()))
+    inputs = ids.nbytes + targets.nbytes
+    for name, value, exact, blocks in [
+        ("parameters", step["params_alloc"], params, n_tensors),
+        ("Adam state", step["state_alloc"], 2 * params, 2 * n_tensors),
+        ("after forward: activations + loss", step["forward_alloc"],
+         saved.total - inputs, len(saved.storages) + 1),
+        ("after backward: gradients", step["grads_alloc"], grads, n_tensors),
+    ]:  # fmt: skip
+        assert abs(value - exact) <= 0.02 * exact + 512 * blocks, name
+        print(f"{name:44}{exact:>12,}{value:>12,}")
+    resting = step["params_alloc"] + step["state_alloc"]
+    assert step["peak"] >= resting + max(
+        step["forward_alloc"], step["grads_alloc"]
+    )
+    print(f"{'peak of the step (max_memory_allocated)':56}{step['peak']:>12,}")
+
+
+def main() -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    batch, seq = 4, 64
+    torch.manual_seed(0)
+    ids = torch.randint(VOCAB, (batch, seq), device=device)
+    targets = torch.randint(VOCAB, (batch, seq), device=device)
+
+    step = measure_step(ids, targets)
+    model = step["model"]
+    rows = training_state(model, step["optimizer"])
+    activations = activation_rows(model, ids, targets)
+    assert activations[0][2] == step["saved"].total, "the same forward"
+    rows += activations
+
+    n_params = sum(p.numel() for p in model.parameters())
+    n_tensors = len(list(model.parameters()))
+    print(f"TinyLM: V={VOCAB}, d={HIDDEN}, h={HEADS}, L={LAYERS}; ", end="")
     print(f"P={n_params:,} parameters in {n_tensors} tensors")
-    print(f"one micro-batch: {batch} sequences × {seq} tokens, n={tokens}")
+    print(f"one micro-batch: {batch} sequences × {seq} tokens, n={ids.numel()}")
     print(f"{'':44}{'predicted':>12}{'measured':>12}")
     for name, predicted, measured in rows:
         print(f"{name:44}{predicted:>12,}{measured:>12,}")
@@ -243,29 +296,8 @@ def main() -> None:
     print(
         f"checkpointing every block: {fp32 / ckpt:.1f}× fewer activation bytes"
     )
-
-    # the allocator rounds each block up to 512 bytes; Adam's `step`
-    # counters stay on the CPU; the inputs were allocated before the forward
-    if cuda:
-        print("CUDA caching allocator (torch.cuda.memory_allocated):")
-        inputs = ids.nbytes + targets.nbytes
-        activations = saved.total - inputs
-        for name, value, exact, blocks in [
-            ("parameters", params_alloc, params, n_tensors),
-            ("Adam state", state_alloc, state - 4 * n_tensors, 2 * n_tensors),
-            (
-                "after forward: activations + loss",
-                forward_alloc,
-                activations,
-                len(saved.storages) + 1,
-            ),
-            ("after backward: gradients", grads_alloc, grads, n_tensors),
-        ]:
-            assert abs(value - exact) <= 0.02 * exact + 512 * blocks, name
-            print(f"{name:44}{exact:>12,}{value:>12,}")
-        resting = params_alloc + state_alloc
-        assert peak >= resting + max(forward_alloc, grads_alloc)
-        print(f"{'peak of the step (max_memory_allocated)':56}{peak:>12,}")
+    if device.type == "cuda":
+        allocator_table(step, ids, targets)
 
 
 if __name__ == "__main__":

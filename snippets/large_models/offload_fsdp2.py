@@ -99,53 +99,54 @@ def state_tensors(
     return params + grads + states
 
 
+def measure(
+    offload: bool, mesh: DeviceMesh, x: torch.Tensor, y: torch.Tensor
+) -> tuple[int, int, float, dict]:
+    """Bytes of training state on the GPU, the GPU's peak during a step,
+    ms a step, and the full state dict after four steps (rank 0)."""
+    model = shard(make_model(), mesh, offload)
+    # after fully_shard, as always
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step(model, optimizer, x, y)  # warm-up: Adam's state now exists
+    # and gradients, until zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    tensors = state_tensors(model, optimizer)
+    on_gpu = sum(t.numel() * t.element_size() for t in tensors if t.is_cuda)
+    if offload:
+        assert all(t.device.type == "cpu" for t in tensors), (
+            "offloaded: shards, gradients, Adam state"
+        )
+        assert all(p.to_local().is_pinned() for p in model.parameters())
+    optimizer.zero_grad()
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(3):
+        step(model, optimizer, x, y)
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - start) / 3 * 1e3
+    # rank 0 gets it, others {}
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # copes with shards that live on the host
+    final = get_model_state_dict(model, options=full)
+    peak = torch.cuda.max_memory_allocated()
+    del model, optimizer, tensors
+    # FSDP modules are reference cycles: free
+    # this run before measuring the next
+    gc.collect()
+    return on_gpu, peak, ms, final
+
+
 def run(mesh: DeviceMesh, device: torch.device) -> None:
     torch.manual_seed(1)
-    x, y = (
-        torch.randn(256, 1024, device=device),
-        torch.randn(256, 1024, device=device),
-    )
-    results = {}
-    for offload in (False, True):
-        model = shard(make_model(), mesh, offload)
-        # after fully_shard, as always
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        step(model, optimizer, x, y)  # warm-up: Adam's state now exists
-        # and gradients, until zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        tensors = state_tensors(model, optimizer)
-        on_gpu = sum(t.numel() * t.element_size() for t in tensors if t.is_cuda)
-        if offload:
-            assert all(t.device.type == "cpu" for t in tensors), (
-                "offloaded: shards, gradients, Adam state"
-            )
-            assert all(p.to_local().is_pinned() for p in model.parameters())
-        optimizer.zero_grad()
-
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        start = time.perf_counter()
-        for _ in range(3):
-            step(model, optimizer, x, y)
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - start) / 3 * 1e3
-        # a DTensor's numel() is the global size
-        numel = sum(p.numel() for p in model.parameters())
-        # rank 0 gets it, others {}
-        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        # copes with shards that live on the host
-        final = get_model_state_dict(model, options=full)
-        results[offload] = (
-            on_gpu,
-            torch.cuda.max_memory_allocated(),
-            ms,
-            final,
-        )
-        del model, optimizer, tensors
-        # FSDP modules are reference cycles: free
-        # the first run before measuring the second
-        gc.collect()
-
+    # drawn on the CPU: the same on every rank, whatever its GPU
+    x, y = torch.randn(256, 1024).to(device), torch.randn(256, 1024).to(device)
+    results = {
+        offload: measure(offload, mesh, x, y) for offload in (False, True)
+    }
+    with torch.device("meta"):  # shapes only, to count the parameters
+        numel = sum(p.numel() for p in make_model().parameters())
     world = dist.get_world_size()
     assert results[False][0] == 4 * numel * 4 // world, (
         "params + grads + exp_avg + exp_avg_sq, fp32, on the GPU"
@@ -154,27 +155,27 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
         "with offload, none of the training state is on the GPU"
     )
     assert results[True][1] < results[False][1], "offload lowers the GPU's peak"
-    if dist.get_rank() == 0:
-        offloaded, reference = results[True][3], results[False][3]
-        diff = max(
-            (offloaded[k] - reference[k]).abs().max().item() for k in reference
-        )
-        # Adam on the CPU may round a little differently from Adam on the GPU
-        assert diff < 1e-5, diff
+    if dist.get_rank() != 0:
+        return
+    offloaded, reference = results[True][3], results[False][3]
+    diff = max(
+        (offloaded[k] - reference[k]).abs().max().item() for k in reference
+    )
+    # Adam on the CPU may round a little differently from Adam on the GPU
+    assert diff < 1e-5, diff
+    print(
+        f"{numel:,} parameters, {world} rank(s): training state "
+        f"{16 * numel // world:,} bytes per rank"
+    )
+    for offload, (on_gpu, peak, ms, _) in results.items():
+        label = "CPUOffloadPolicy" if offload else "no offload      "
         print(
-            f"{numel:,} parameters, {world} rank(s): training state "
-            f"{16 * numel // world:,} bytes per rank"
+            f"{label}: state on the GPU {on_gpu:,} bytes, peak "
+            f"{peak // 2**20:,} MB, {ms:.1f} ms a step"
         )
-        for offload, (on_gpu, peak, ms, _) in results.items():
-            label = "CPUOffloadPolicy" if offload else "no offload      "
-            print(
-                f"{label}: state on the GPU {on_gpu:,} bytes, peak "
-                f"{peak // 2**20:,} MB, {ms:.1f} ms a step"
-            )
-        print(
-            "parameters after 4 steps, offload vs not: max difference "
-            f"{diff:.1e}"
-        )
+    print(
+        f"parameters after 4 steps, offload vs not: max difference {diff:.1e}"
+    )
 
 
 def main() -> None:

@@ -145,7 +145,9 @@ def local_bytes(tensors) -> int:
     return sum(t.to_local().numel() * t.element_size() for t in tensors)
 
 
-def main() -> None:
+def build_on_fake_cluster():
+    """This process as rank 0 of 128: the mesh, the plan, and this
+    rank's shards of a model that was never whole."""
     # --8<-- [start:fake]
     # one process plays rank 0 of 128; collectives return at once
     # and move no data. One GPU, as torchtitan does, or the CPU:
@@ -163,18 +165,25 @@ def main() -> None:
         for p in model.parameters():
             nn.init.normal_(p.to_local(), std=0.02)
     # --8<-- [end:fake]
+    return mesh, model, shapes, device
 
+
+def one_step(model: LM, device: str) -> torch.optim.Optimizer:
     # --8<-- [start:step]
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, VOCAB, (2, 16), device=device)
-    # the fake all-gathers leave garbage: shapes are checked, values are not
+    # each fake all-gather fills its output with this rank's own shard:
+    # the shapes are the plan's, the values are not the job's
     logits = model(tokens)
     nn.functional.cross_entropy(
         logits.flatten(0, 1), tokens.flatten()
     ).backward()
     optimizer.step()  # creates Adam's state for this rank's shards
     # --8<-- [end:step]
+    return optimizer
 
+
+def count(mesh, model: LM, shapes: dict, optimizer) -> None:
     # --8<-- [start:count]
     psi = sum(math.prod(s) for s in shapes.values())
     held = {
@@ -214,7 +223,15 @@ def main() -> None:
         "tp, vocabulary rounded up)"
     )
     # --8<-- [end:count]
-    dist.destroy_process_group()
+
+
+def main() -> None:
+    mesh, model, shapes, device = build_on_fake_cluster()
+    try:
+        optimizer = one_step(model, device)
+        count(mesh, model, shapes, optimizer)
+    finally:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -22,20 +22,24 @@ def zero_paper(psi: float, n: int, k: int = 12) -> dict[str, float]:
 
 # --8<-- [start:pytorch]
 def pytorch(psi: float, n: int, unit: float) -> dict[str, tuple[float, float]]:
-    """(between steps, at the peak) per rank: fp32 parameters are the master
-    weights (4 B), fp32 gradients (4 B), Adam's two fp32 states (8 B); bf16
-    compute, so FSDP2 gathers 2-byte parameters (MixedPrecisionPolicy)."""
+    """(between steps, at the peak) per rank, activations not included:
+    fp32 parameters are the master weights (4 B), fp32 gradients (4 B),
+    Adam's two fp32 states (8 B); bf16 compute, so FSDP2 gathers 2-byte
+    parameters (MixedPrecisionPolicy)."""
     sharded = (4 + 4 + 8) * psi / n
+    # FSDP2's backward: one unit's unsharded bf16 gradients (2 B) and
+    # its fp32 reduce-scatter input (4 B)
+    backward = (2 + 4) * unit
     return {
         "DDP + autocast": ((4 + 4 + 8) * psi,) * 2,
         "ZeroRedundancyOptimizer + DDP": ((4 + 4) * psi + 8 * psi / n,) * 2,
         # every unit gathered
         "fully_shard(reshard_after_forward=False)": (
             sharded,
-            sharded + 2 * psi,
+            sharded + 2 * psi + backward,
         ),
         # two units gathered: one computing, one prefetched
-        "fully_shard()": (sharded, sharded + 2 * 2 * unit),
+        "fully_shard()": (sharded, sharded + 2 * 2 * unit + backward),
     }
 
 
@@ -49,7 +53,8 @@ def offload(psi: float, n: int, unit: float) -> dict[str, float]:
     copies the shard to the GPU (forward, and again in
     backward), each reduced gradient shard is copied back."""
     return {
-        "GPU": 2 * 2 * unit,  # only the gathered bf16 units
+        # the gathered bf16 units and the backward buffers
+        "GPU": 2 * 2 * unit + (2 + 4) * unit,
         "host": (4 + 4 + 8) * psi / n,
         "to GPU": 2 * 4 * psi / n,
         "to host": 4 * psi / n,
@@ -57,6 +62,60 @@ def offload(psi: float, n: int, unit: float) -> dict[str, float]:
 
 
 # --8<-- [end:offload]
+
+
+def print_paper(psi: float, n: int, figure1: dict) -> None:
+    print(
+        "ZeRO paper (its Figure 1 reproduced: "
+        f"{' / '.join(f'{v:g}' for v in figure1.values())} GB)"
+    )
+    formulas = ["(2+2+12)Ψ", "(2+2)Ψ + 12Ψ/N", "2Ψ + (2+12)Ψ/N", "(2+2+12)Ψ/N"]
+    for (name, b), formula in zip(zero_paper(psi, n).items(), formulas):
+        print(f"  {name:<8} {formula:<16} {b / GB:7.2f} GB")
+
+
+def print_pytorch(psi: float, n: int, unit: float) -> None:
+    print(
+        f"{'PyTorch (bf16 compute, fp32 master weights)':<62}"
+        f"{'between steps':>14}{'at the peak':>14}"
+    )
+    formulas = [
+        "(4+4+8)Ψ",
+        "(4+4)Ψ + 8Ψ/N",
+        "(4+4+8)Ψ/N, + 2Ψ + 6U",
+        "(4+4+8)Ψ/N, + 2·2U + 6U",
+    ]
+    for (name, (rest, peak)), formula in zip(
+        pytorch(psi, n, unit).items(), formulas
+    ):
+        print(
+            f"  {name:<40} {formula:<23} {rest / GB:6.2f} GB "
+            f"{peak / GB:10.2f} GB"
+        )
+    print(
+        f"  U = {unit / 1e6:g}M parameters per FSDP unit; 6U = "
+        f"{6 * unit / GB:.2f} GB: FSDP2's backward buffers"
+    )
+    print(
+        f"  DDP rows: + 4Ψ = {4 * psi / GB:.2f} GB of gradient buckets, "
+        "unless DDP(..., gradient_as_bucket_view=True)"
+    )
+    print("  activations come on top of every row")
+
+
+def print_offload(psi: float, n: int, unit: float) -> None:
+    o = offload(psi, n, unit)
+    print(
+        "CPU offload, fully_shard(offload_policy=CPUOffloadPolicy()), per rank:"
+    )
+    print(
+        f"  GPU 2·2U + 6U = {o['GPU'] / GB:.2f} GB, host memory (4+4+8)Ψ/N = "
+        f"{o['host'] / GB:.2f} GB"
+    )
+    print(
+        f"  PCIe each step: 2·4Ψ/N = {o['to GPU'] / GB:.2f} GB to the "
+        f"GPU, 4Ψ/N = {o['to host'] / GB:.2f} GB back"
+    )
 
 
 def main() -> None:
@@ -77,47 +136,9 @@ def main() -> None:
         f"Adam, {psi / 1e9:g}B parameters, N = {n} ranks: bytes per "
         "rank, GB = 10^9 bytes"
     )
-    print(
-        "ZeRO paper (its Figure 1 reproduced: "
-        f"{' / '.join(f'{v:g}' for v in figure1.values())} GB)"
-    )
-    formulas = ["(2+2+12)Ψ", "(2+2)Ψ + 12Ψ/N", "2Ψ + (2+12)Ψ/N", "(2+2+12)Ψ/N"]
-    for (name, b), formula in zip(zero_paper(psi, n).items(), formulas):
-        print(f"  {name:<8} {formula:<16} {b / GB:7.2f} GB")
-    print(
-        f"{'PyTorch (bf16 compute, fp32 master weights)':<58}"
-        f"{'between steps':>14}{'at the peak':>14}"
-    )
-    formulas = [
-        "(4+4+8)Ψ",
-        "(4+4)Ψ + 8Ψ/N",
-        "(4+4+8)Ψ/N, + 2Ψ",
-        "(4+4+8)Ψ/N, + 2·2U",
-    ]
-    for (name, (rest, peak)), formula in zip(
-        pytorch(psi, n, unit).items(), formulas
-    ):
-        print(
-            f"  {name:<40} {formula:<19} {rest / GB:6.2f} GB "
-            f"{peak / GB:10.2f} GB"
-        )
-    print(
-        f"  U = {unit / 1e6:g}M parameters per FSDP unit; DDP rows: + 4Ψ "
-        f"= {4 * psi / GB:.2f} GB of gradient buckets"
-    )
-    print("  unless DDP(..., gradient_as_bucket_view=True)")
-    o = offload(psi, n, unit)
-    print(
-        "CPU offload, fully_shard(offload_policy=CPUOffloadPolicy()), per rank:"
-    )
-    print(
-        f"  GPU 2·2U = {o['GPU'] / GB:.2f} GB, host memory (4+4+8)Ψ/N = "
-        f"{o['host'] / GB:.2f} GB"
-    )
-    print(
-        f"  PCIe each step: 2·4Ψ/N = {o['to GPU'] / GB:.2f} GB to the "
-        f"GPU, 4Ψ/N = {o['to host'] / GB:.2f} GB back"
-    )
+    print_paper(psi, n, figure1)
+    print_pytorch(psi, n, unit)
+    print_offload(psi, n, unit)
     zero3, fsdp = (
         zero_paper(psi, n)["ZeRO-3"],
         pytorch(psi, n, unit)["fully_shard()"][0],

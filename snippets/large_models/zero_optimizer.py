@@ -93,7 +93,9 @@ def load_checkpoint(
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
     """One process, no DDP, no ZeRO: the
     consolidated file is a plain Adam checkpoint."""
-    checkpoint = torch.load(path, map_location=device, weights_only=True)
+    # on the CPU: load_state_dict moves each tensor to its parameter's
+    # device, except Adam's `step` counters, which stay on the CPU
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     model = TinyLM().to(device)
     model.load_state_dict(checkpoint["model"])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -104,28 +106,8 @@ def load_checkpoint(
 # --8<-- [end:load]
 
 
-def run(device: torch.device, path: Path) -> None:
+def check(model: DDP, optimizer, ddp: DDP, adam) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(1 + rank)  # each rank: its own batch
-    tokens = torch.randint(0, 1024, (16, 8), device=device)
-    targets = torch.randn(16, 8, 8, device=device)
-
-    ddp = make_ddp(device)
-    adam = torch.optim.Adam(ddp.parameters(), lr=1e-2)
-    train(ddp, adam, tokens, targets)
-
-    # --8<-- [start:zero]
-    model = make_ddp(device)
-    optimizer = ZeroRedundancyOptimizer(
-        model.parameters(),
-        # the optimizer each rank runs on its own partition
-        optimizer_class=torch.optim.Adam,
-        lr=1e-2,
-    )
-    # step(): update my partition, then broadcast it
-    train(model, optimizer, tokens, targets)
-    # --8<-- [end:zero]
-
     # --8<-- [start:check]
     for p, ref in zip(model.parameters(), ddp.parameters()):
         assert torch.equal(p, ref), "ZeRO-1 must update exactly as Adam does"
@@ -162,6 +144,9 @@ def run(device: torch.device, path: Path) -> None:
             )
         print("after 5 steps: parameters bit-identical to DDP + Adam")
 
+
+def save(model: DDP, optimizer, path: Path) -> None:
+    rank = dist.get_rank()
     # --8<-- [start:save]
     try:
         optimizer.state_dict()  # nothing consolidated on this rank yet
@@ -180,24 +165,54 @@ def run(device: torch.device, path: Path) -> None:
         )
     # --8<-- [end:save]
 
-    if rank == 0:
-        plain, resumed = load_checkpoint(path, device)
-        for a, b in zip(plain.parameters(), ddp.parameters()):
-            assert torch.equal(a, b)
-        for i, st in adam.state_dict()["state"].items():
-            got = resumed.state_dict()["state"][i]
-            assert all(torch.equal(got[k], v) for k, v in st.items()), (
-                f"Adam state of parameter {i} differs"
-            )
-        print(
-            "the consolidated checkpoint loads into plain Adam: state "
-            "equal to DDP + Adam's"
+
+def reload(path: Path, device: torch.device, ddp: DDP, adam) -> None:
+    """Rank 0: the checkpoint in plain Adam, the same as the reference run."""
+    plain, resumed = load_checkpoint(path, device)
+    for a, b in zip(plain.parameters(), ddp.parameters()):
+        assert torch.equal(a, b)
+    for i, st in adam.state_dict()["state"].items():
+        got = resumed.state_dict()["state"][i]
+        # the same devices: `step` on the CPU in both, the rest on `device`
+        assert all(torch.equal(got[k], v) for k, v in st.items()), (
+            f"Adam state of parameter {i} differs"
         )
+    print(
+        "the consolidated checkpoint loads into plain Adam: state "
+        "equal to DDP + Adam's"
+    )
+
+
+def run(device: torch.device, path: Path) -> None:
+    torch.manual_seed(1 + dist.get_rank())  # each rank: its own batch
+    tokens = torch.randint(0, 1024, (16, 8)).to(device)
+    targets = torch.randn(16, 8, 8).to(device)
+
+    ddp = make_ddp(device)
+    adam = torch.optim.Adam(ddp.parameters(), lr=1e-2)
+    train(ddp, adam, tokens, targets)
+
+    # --8<-- [start:zero]
+    model = make_ddp(device)
+    optimizer = ZeroRedundancyOptimizer(
+        model.parameters(),
+        # the optimizer each rank runs on its own partition
+        optimizer_class=torch.optim.Adam,
+        lr=1e-2,
+    )
+    # step(): update my partition, then broadcast it
+    train(model, optimizer, tokens, targets)
+    # --8<-- [end:zero]
+
+    check(model, optimizer, ddp, adam)
+    save(model, optimizer, path)
+    if dist.get_rank() == 0:
+        reload(path, device, ddp, adam)
     dist.barrier()  # rank 0 has read the file
 
 
 def main() -> None:
-    device = setup()
+    device = setup()  # the process group first, with its backend
     path = (
         Path(tempfile.gettempdir())
         / f"zero-{os.environ['TORCHELASTIC_RUN_ID']}.pt"
