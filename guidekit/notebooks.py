@@ -16,8 +16,9 @@ What one holds, all of its prose in the reader's language:
 * an introduction (the text catalogue's ``chapter_notebook``), which says plainly that on a runtime with one GPU the
   programs that start several ranks run on the CPU;
 * a first code cell that checks the torch version against the floor in pyproject.toml, with an install line
-  commented out, and says whether the programs will use a GPU;
-* a set-up cell (the folders, PATH for ``!python``/``!torchrun``);
+  commented out, puts the kernel's own Python first on PATH for ``!python``/``!torchrun`` (its comment in the
+  reader's language, like the rest of the cell), and says whether the programs will use a GPU;
+* a set-up cell (the folders);
 * per program: a Markdown cell with the section heading and the paragraph that introduces the program's first
   include on that language's page (Markdown kept, links made absolute: one source for the words, the page), then a
   ``%%writefile snippets/...`` cell with the whole tested file byte for byte (section markers included; the files it
@@ -74,8 +75,13 @@ CHECK = """\
 # {first}
 # {install}
 # !pip install "torch>={floor}"
+import os
+import sys
+
 import torch
 
+# {path_note}
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
 MINIMUM = {minimum}  # {minimum_note}
 version = tuple(int(part) for part in torch.__version__.split(".")[:2])
 gpus = torch.cuda.device_count()
@@ -91,10 +97,7 @@ else:
 
 SETUP = """\
 import os
-import sys
 
-# `!python` and `!torchrun` below: this kernel's own Python environment comes first on PATH
-os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
 {makedirs}"""
 
 
@@ -311,6 +314,7 @@ def check_cell(lang: str, root: Path = ROOT) -> str:
         floor=floor,
         minimum=repr((major, minor)),
         minimum_note=plain["minimum"],
+        path_note=text(lang, root)["chapter_notebook"]["path"],
         found=_print(_string(words["found"], version="torch.__version__", gpus="gpus")),
         old=_print(_string(words["old"].format(minimum=floor)), "    "),
         none=_print(_string(words["none"]), "    "),
