@@ -3,6 +3,7 @@ whichever of the two is applied first, and the same
 training as eager."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/compile_ddp.py
 # timeout: 240
+# inductor: gpus
 # output-varies: vs eager (\S+);
 # output-varies: first step (\d+) ms, later steps ([\d.]+) ms
 

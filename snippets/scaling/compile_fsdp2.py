@@ -2,6 +2,7 @@
 each block; one compiled graph serves every block."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/compile_fsdp2.py
 # timeout: 240
+# inductor: gpus
 # output-varies: vs eager (\S+);
 # output-varies: first step (\d+) ms, later steps ([\d.]+) ms
 
