@@ -2,6 +2,7 @@
 GPUs, gathers on cuda:0, and what replicas forget."""
 # launch: python snippets/data_parallel/scatter_gather.py
 # requires: gpus=2
+# uses-gpus: all
 
 # --8<-- [start:scatter_gather]
 import torch
