@@ -87,9 +87,8 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
     dist.all_gather_object(everyone, (dp, tp, mine))
     swapped = wrong.full_tensor()[:, 0].int().tolist()
     if dist.get_rank() == 0:
-        print(
-            f"weight {tuple(weight.shape)}: {weight.placements} on {mesh.mesh_dim_names}"
-        )
+        names = mesh.mesh_dim_names
+        print(f"weight {tuple(weight.shape)}: {weight.placements} on {names}")
         for rank, (d, t, rows) in enumerate(everyone):
             print(f"rank {rank} (dp={d}, tp={t}): rows {rows[0]}-{rows[-1]}")
         print(f"the same pieces as (Shard(0), Shard(0)): rows {swapped}")

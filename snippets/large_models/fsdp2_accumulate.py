@@ -243,7 +243,6 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
         report(table, numel, world)
 
 
-# --8<-- [start:report]
 def report(table, numel: int, world: int) -> None:
     print(
         f"{numel:,} parameters, {4 * numel:,} B of fp32 gradients; "
@@ -263,9 +262,6 @@ def report(table, numel: int, world: int) -> None:
             f"  {name:26}holds {held[name] / 1e9:5.1f} GB, "
             f"reduce-scatters send {sent[name] / 1e9:6.1f} GB a step"
         )
-
-
-# --8<-- [end:report]
 
 
 def main() -> None:

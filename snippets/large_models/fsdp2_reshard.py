@@ -156,7 +156,6 @@ def run(mesh: DeviceMesh, device: torch.device) -> None:
         report(results, numel, world)
 
 
-# --8<-- [start:report]
 def report(results, numel: int, world: int) -> None:
     print(
         f"one block: {numel:,} parameters, {4 * numel:,} B in fp32; "
@@ -180,9 +179,6 @@ def report(results, numel: int, world: int) -> None:
         print(
             f"  {reshard!s:5}: +{held / 1e9:4.1f} GB at the end of the forward"
         )
-
-
-# --8<-- [end:report]
 
 
 def main() -> None:
