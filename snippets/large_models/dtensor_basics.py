@@ -112,20 +112,11 @@ def placements(mesh: DeviceMesh, device: torch.device):
 def redistributions(mesh, device, rows, copy, pending) -> list[str]:
     lines = []
     # --8<-- [start:redistribute]
-    alltoall = (
-        "shard_dim_alltoall"
-        if device.type == "cuda"
-        else (
-            "all_gather_into_tensor"  # CPU: all-gather, keep a chunk
-        )
-    )
+    gather = "all_gather_into_tensor"
+    # CUDA: an all-to-all; a CPU mesh: an all-gather, then a chunk
+    alltoall = "shard_dim_alltoall" if device.type == "cuda" else gather
     changes = [
-        (
-            "Shard(0)    -> Replicate()",
-            rows,
-            Replicate(),
-            "all_gather_into_tensor",
-        ),
+        ("Shard(0)    -> Replicate()", rows, Replicate(), gather),
         ("Partial()   -> Replicate()", pending, Replicate(), "all_reduce"),
         ("Partial()   -> Shard(0)", pending, Shard(0), "reduce_scatter_tensor"),
         ("Replicate() -> Shard(0)", copy, Shard(0), None),
