@@ -17,8 +17,9 @@ document.addEventListener("input", (event) => {
 // the typed one: this only widens a search, it never loses a match.
 const PARTICLES = ["에서는", "에서", "으로", "까지", "부터", "에게", "처럼", "보다", "마다", "에는", "을", "를", "이", "가",
   "은", "는", "의", "에", "로", "와", "과", "도", "만"];
-const HANGUL_WORD = /^[\uAC00-\uD7A3]+$/;
-const HANGUL_START = /^[\uAC00-\uD7A3]+/;
+// A Korean word may open with digits the index keeps with it: "2차원 메시", "3단계"; typed together, "2차원메시"
+const HANGUL_WORD = /^[0-9]*[\uAC00-\uD7A3]+$/;
+const HANGUL_START = /^[0-9]*[\uAC00-\uD7A3]+/;
 const LATIN_WITH_PARTICLE = /^([A-Za-z0-9_.]+)([\uAC00-\uD7A3]+)$/;  // "NCCL로", "OOM이"
 const PLAIN_WORD = /^[\p{L}\p{N}_.\-]+$/u;  // no query syntax (+, -, *, ~, ^, :, quotes) to keep as typed
 

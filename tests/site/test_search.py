@@ -5,12 +5,13 @@ particles are set aside, Korean words written together (기울기누적) are spl
 glossary's rejected spellings search the term the pages use, and abbreviations search their full term too.
 """
 
+import importlib.util
 import json
 
 import pytest
 from searchbox import run_query, search_pages
 
-from guidekit import glossary
+from guidekit import ROOT, glossary
 from guidekit.pages import LANGS, site_path, url_path
 
 # (query, page expected among the top 3). Korean pages chosen where the Korean text is about the word, on pages that
@@ -25,7 +26,7 @@ KOREAN = [
     ("기울기를", "training-loop.md"),  # particle attached: searched as "기울기"
     ("파이프라인을", "parallelism.md"),  # particle forms the pages never use: the noun is searched
     ("타임아웃으로", "debugging.md"),
-    ("체크포", "training-loop.md"),  # partial: "체크포인트: 저장은 랭크 0, ..."
+    ("랑데", "torchrun.md"),  # partial: "랑데부" (체크포 finds the new checkpoint chapters first since they came)
     ("DDP 체크포인트", "training-loop.md"),  # mixed scripts
     # two nouns written together, as Korean often writes a term: the pages space them
     ("기울기누적", "training-loop.md"),
@@ -56,7 +57,7 @@ ENGLISH = [
     ("reproducibility", "practices/reproducibility.md"),
     ("pipeline", "parallelism.md"),
     ("gradient accumulation", "training-loop.md"),
-    ("checkpo", "training-loop.md"),
+    ("rendezv", "torchrun.md"),
     ("DDP checkpoint", "training-loop.md"),
     ("TP", "parallelism.md"),
     ("PP", "parallelism.md"),
@@ -90,6 +91,50 @@ SAME_AS = [
 ]
 # (compound, a long-standing page that writes its words apart)
 COMPOUNDS = [("활성값체크포인팅", "large-models/memory.md"), ("프로세스그룹", "ddp.md"), ("분산학습", "glossary.md")]
+# The large-model and scaling chapters as Koreans type their terms (issue 42): (query, the page that teaches the term),
+# expected among the first five, not only the glossary row
+NEW_CHAPTERS = {
+    "compound": [  # a term of several words typed as one
+        (
+            "링어텐션",
+            "scaling/context-parallel.md",
+        ),  # a one-syllable part the splitting cannot find: the glossary's term
+        ("메타장치", "large-models/loading.md"),
+        ("CPU오프로드", "large-models/zero.md"),  # Latin and Hangul together
+        ("2차원메시", "large-models/meshes.md"),  # digits kept with the Hangul
+        ("비동기체크포인트", "scaling/async-checkpoint.md"),
+        ("전문가병렬화", "scaling/experts.md"),
+        ("시퀀스패킹", "scaling/data-state.md"),
+        ("기울기압축", "scaling/compression.md"),
+        ("그래프브레이크", "scaling/compile.md"),
+        ("선택적체크포인팅", "large-models/memory.md"),
+        ("파이프라인스케줄", "scaling/pipeline-schedules.md"),
+    ],
+    "transliteration": [  # a name or an abbreviation the pages write in Latin letters, typed in Hangul
+        ("에프에스디피", "parallelism.md"),
+        ("지로", "large-models/zero.md"),
+        ("디텐서", "large-models/dtensor.md"),
+        ("울리세스", "scaling/context-parallel.md"),
+        ("플로트8", "scaling/float8.md"),
+        ("엠에프유", "scaling/throughput.md"),
+        ("허깅페이스", "large-models/hf-checkpoints.md"),
+        ("파워에스지디", "scaling/compression.md"),
+        ("토치컴파일", "scaling/compile.md"),
+        ("에이치에스디피", "large-models/meshes.md"),
+    ],
+    "rejected": [  # a spelling the glossary rejects, spaced or not
+        ("활성화 체크포인팅", "large-models/memory.md"),
+        ("활성화체크포인팅", "large-models/memory.md"),
+        ("메타 디바이스", "large-models/loading.md"),
+        ("페이크 프로세스 그룹", "large-models/meshes.md"),
+        ("그래프 중단", "scaling/compile.md"),
+        ("로드 밸런싱 손실", "scaling/experts.md"),
+        ("문맥병렬화", "scaling/context-parallel.md"),
+        ("오프로딩", "large-models/zero.md"),
+        ("퓨즈드", "scaling/compile.md"),
+        ("할당기", "large-models/memory.md"),
+    ],
+}
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +201,42 @@ def test_compound_finds_the_page_that_spaces_it(search_page):
         if page_path("ko", expected) not in top:
             wrong.append(f"{compound!r}: top 5 {top}, expected {page_path('ko', expected)}")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("kind", sorted(NEW_CHAPTERS))
+def test_new_chapters_as_koreans_type_them(search_page, kind):
+    """A compound, a Hangul transliteration of a name, or a rejected spelling of a term of the large-model and scaling
+    chapters finds the page that teaches the term among its first five."""
+    page = search_page("ko")
+    wrong = []
+    for query, expected in NEW_CHAPTERS[kind]:
+        top = search(page, query)[:5]
+        if page_path("ko", expected) not in top:
+            wrong.append(f"{query!r}: top 5 {top}, expected {page_path('ko', expected)}")
+    assert not wrong, f"{kind}:\n" + "\n".join(wrong)
+
+
+def test_new_chapters_synonyms():
+    """The table behind those searches (theme/hooks/search_synonyms.py), without a build: transliterations search the
+    Latin word, compact forms of the glossary's terms search the spaced term."""
+    table = synonyms_hook().synonyms("ko", glossary.entries())
+    assert table["에프에스디피"] == ["fsdp"] and table["디텐서"] == ["dtensor"]
+    assert table["에이치에스디피"] == ["hsdp", "하이브리드 샤딩"]  # an abbreviation with a glossary term: both
+    assert table["제로"] == ["제로", "zero"]  # an ordinary word too: the typed word stays
+    assert table["토치컴파일"] == table["토치 컴파일"] == ["torch compile"]  # the words the index splits it into
+    assert table["링어텐션"] == ["링 어텐션"] and table["위치표"] == ["위치 표"]
+    assert table["cpu오프로드"] == ["CPU 오프로드"]
+    assert table["활성화체크포인팅"] == table["활성화 체크포인팅"] == ["활성값 체크포인팅"]
+    assert "출력층" not in table and "체크포인트" not in table  # a term written as one word needs no synonym
+    assert "에프에스디피" not in synonyms_hook().synonyms("en", glossary.entries())
+
+
+def synonyms_hook():
+    spec = importlib.util.spec_from_file_location("search_synonyms", ROOT / "theme" / "hooks" / "search_synonyms.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.browser
