@@ -88,6 +88,20 @@ def test_planted_variant_is_caught():
         ("활성화 체크포인팅을 켭니다.", {"활성화 체크포인팅"}),
         ("활성화 값 체크포인팅을 켭니다.", {"활성화 값"}),  # the tutorials' spelling
         ("옵티마이저 단계에서 상태가 생깁니다.", {"옵티마이저 단계"}),
+        # the terms of the large-model and scaling chapters
+        ("다음 블록을 프리페치하고 프리페칭 순서를 봅니다.", {"프리페치", "프리페칭"}),
+        ("순전파 뒤에 리샤드합니다.", {"리샤드"}),
+        ("DCP 리샤딩으로 불러옵니다.", {"리샤딩"}),
+        ("배열을 바꾸는 재배분", {"재배분"}),
+        ("스토리지마다 위크 레퍼런스를 둡니다.", {"위크 레퍼런스"}),
+        ("지역 텐서로 계산합니다.", {"지역 텐서"}),
+        ("율리시스와 울리시스", {"율리시스", "울리시스"}),
+        ("연속 배열과 지그재그 배열, 스트라이프 배열", {"연속 배열", "지그재그 배열", "스트라이프 배열"}),
+        ("`_NormPartial` placement입니다.", {"placement"}),
+        ("DTensor 레이아웃을 바꿉니다.", {"레이아웃"}),
+        ("로그소프트맥스를 저장합니다.", {"로그소프트맥스"}),
+        ("출력층의 로지트", {"로지트"}),
+        ("CPU의 난수 발생기로 뽑습니다.", {"난수 발생기"}),
     ],
 )
 def test_review_slips_are_caught(line, rejected):
@@ -107,6 +121,10 @@ def test_review_slips_are_caught(line, rejected):
         "출력층과 행렬곱, 융합 커널(fused kernel), 메타 장치, CUDA 캐싱 할당자, 위치 표를 갱신합니다. 첫 반복에서",
         "활성값 체크포인팅(activation checkpointing, 활성화 체크포인팅)을 켭니다.",  # the tutorials' term in a gloss
         "`meta` 장치의 텐서와 `torch.matmul` 행렬곱",
+        # placement is 배열, a sequence's layout is 분할; FSDP2 reshards (샤드로 되돌리다), a checkpoint is resharded
+        "배열(placement)은 `(Replicate(), Shard(0))`이고 `placements`를 출력합니다. 지그재그 분할과 연속 분할",
+        "순전파 뒤에 샤드로 되돌리고, 다시 샤딩해서 불러오는 방법(resharding)",
+        "미리 가져오기(prefetch)와 재분배, 로컬 텐서, 약한 참조(weak reference), Ulysses, 로그 소프트맥스",
     ],
 )
 def test_correct_text_is_not_flagged(line):
