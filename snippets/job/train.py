@@ -77,7 +77,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 
 # --8<-- [start:config]
-CUDA = torch.cuda.is_available()
+# every local rank gets a GPU: the test setup() makes, below
+GPUS = torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", 1))
 
 
 @dataclass
@@ -100,12 +101,12 @@ class Config:
     weight_decay: float = 0.1
     max_norm: float = 1.0
     seed: int = 0
-    # checkpoints every ckpt_every steps, the newest keep kept
+    # a checkpoint every ckpt_every steps; the newest `keep` stay
     ckpt_every: int = 4
     keep: int = 2
     # speed: on by default on GPUs
-    compile: bool = CUDA
-    bf16: bool = CUDA  # parameters in bf16 for compute, fp32 kept
+    compile: bool = GPUS
+    bf16: bool = GPUS  # parameters in bf16 for compute, fp32 kept
     peak_tflops: float | None = None  # for MFU; else from the device
 
 
@@ -121,9 +122,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
             kind = f.type.__args__[0] if f.default is None else f.type
             parser.add_argument(flag, type=kind, default=f.default)
     cfg = Config(**vars(parser.parse_args(argv)))
-    # checked before any process group exists: set by torchrun
-    dp = int(os.environ["WORLD_SIZE"]) // cfg.tp
-    assert dp % cfg.replicate == 0, "world != replicate x shard x tp"
+    # checked before any process group exists
+    world = int(os.environ["WORLD_SIZE"])  # set by torchrun
+    dp = world // cfg.tp  # ranks that read different rows
+    assert dp * cfg.tp == world and dp % cfg.replicate == 0, (
+        f"{world} ranks are not replicate x shard x tp"
+    )
     assert cfg.global_batch % (dp * cfg.micro_batch) == 0, (
         f"global batch {cfg.global_batch} != {dp} ranks x micro-batches"
     )
@@ -472,13 +476,13 @@ class RNG(Stateful):
 
     def state_dict(self) -> dict:
         state = {"cpu": torch.get_rng_state()}
-        if CUDA:
+        if GPUS:
             state["cuda"] = torch.cuda.get_rng_state()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         torch.set_rng_state(state["cpu"])
-        if CUDA:
+        if GPUS:
             torch.cuda.set_rng_state(state["cuda"])
 
 
