@@ -1,4 +1,4 @@
-// Calculators page: memory per GPU, DDP step time, launch commands.
+// Calculators page: memory per GPU, DDP step time, throughput and MFU, launch commands.
 // Plain JavaScript: no server, no request, no library. Labels follow <html lang>.
 // The models are the ones the guide's chapters state; tests/test_calculators.py checks them.
 (() => {
@@ -113,6 +113,32 @@
         buckets: (n) => `That makes ${n.toLocaleString("en")} buckets, more than 100,000: raise the cap.`,
         embedTooBig: () => "Larger than the whole gradient.",
       },
+      tputParams: "Matmul parameters (N)",
+      tputParamsHint: "all parameters but the embedding (count it if tied to the output layer); Llama 3.1 8B: 7.5B",
+      tputLayers: "Transformer blocks (L)",
+      tputHidden: "Hidden size (d)",
+      tputSeq: "Sequence length (s, tokens)",
+      tputVocab: "Vocabulary (V)",
+      tputVocabHint: "the output layer, V × d, is not recomputed by checkpointing",
+      tputTokens: "Tokens per step, all GPUs",
+      tputTokensHint: "global batch: sequences × sequence length",
+      tputStep: "Measured step time (s)",
+      tputStepHint: "averaged over many steps after the first few",
+      tputGpus: "GPUs (n)",
+      tputGpu: "GPU (bf16 dense peak)",
+      tputPeak: "Peak per GPU (TFLOP/s)",
+      tputPeakHint: "the datasheet's dense figure for the dtype of the matmuls, without sparsity",
+      tputAc: "Activation checkpointing",
+      tputAcNone: "none",
+      tputAcFull: "every block",
+      tputTps: "Tokens per second per GPU",
+      tputModel: "Model FLOPs per token",
+      tputHardware: "Hardware FLOPs per token",
+      tputAchieved: "Model TFLOP/s per GPU",
+      tputMfu: "MFU",
+      tputHfu: "HFU",
+      tputAttnAgain: "attention's backward recomputes the scores",
+      tputBlocksAgain: "the blocks' forward again",
       nodes: "Nodes",
       gpn: "GPUs per node",
       launcher: "Launcher",
@@ -186,7 +212,7 @@
       allUnits: "모든 단위, 순전파부터 역전파까지 유지",
       bucketViews: "0: 기울기가 버킷의 뷰(view)",
       zero: "ZeRO 3.1절은 혼합 정밀도 Adam을 2 + 2 + 12 = 16 B로 셉니다",
-      notCounted: "빠진 것: CUDA 컨텍스트, NCCL 버퍼, 메모리 할당기의 단편화, 연산 하나 안의 임시 텐서.",
+      notCounted: "빠진 것: CUDA 컨텍스트, NCCL 버퍼, 메모리 할당자의 단편화, 연산 하나 안의 임시 텐서.",
       invalid: "입력을 확인하세요: ",
       grad: "기울기 크기(MiB)",
       gradHint: "fp32 기울기라면 파라미터 수 × 4 B",
@@ -237,6 +263,32 @@
         buckets: (n) => `버킷이 ${n.toLocaleString("ko")}개로 100,000개를 넘습니다. 상한을 올리세요.`,
         embedTooBig: () => "기울기 전체보다 큽니다.",
       },
+      tputParams: "행렬곱 파라미터 수(N)",
+      tputParamsHint: "임베딩을 뺀 모든 파라미터(출력층과 가중치를 공유하면 포함), Llama 3.1 8B라면 7.5B",
+      tputLayers: "트랜스포머 블록 수(L)",
+      tputHidden: "은닉 크기(d)",
+      tputSeq: "시퀀스 길이(s, 토큰)",
+      tputVocab: "어휘 크기(V)",
+      tputVocabHint: "출력층(V × d)은 체크포인팅해도 다시 계산하지 않습니다",
+      tputTokens: "스텝당 토큰 수(모든 GPU 합)",
+      tputTokensHint: "전역 배치: 시퀀스 수 × 시퀀스 길이",
+      tputStep: "잰 스텝 시간(s)",
+      tputStepHint: "처음 몇 스텝을 뺀 여러 스텝의 평균",
+      tputGpus: "GPU 수(n)",
+      tputGpu: "GPU(bf16 dense 최대 성능)",
+      tputPeak: "GPU당 최대 성능(TFLOP/s)",
+      tputPeakHint: "데이터시트에서 행렬곱 dtype의 희소성 없는(dense) 값",
+      tputAc: "활성값 체크포인팅",
+      tputAcNone: "안 함",
+      tputAcFull: "모든 블록",
+      tputTps: "GPU당 초당 토큰 수",
+      tputModel: "토큰당 모델 FLOPs",
+      tputHardware: "토큰당 하드웨어 FLOPs",
+      tputAchieved: "GPU당 모델 TFLOP/s",
+      tputMfu: "MFU",
+      tputHfu: "HFU",
+      tputAttnAgain: "어텐션 역전파가 점수를 다시 계산",
+      tputBlocksAgain: "블록 순전파를 한 번 더",
       nodes: "노드 수",
       gpn: "노드당 GPU 수",
       launcher: "실행 방식",
@@ -344,6 +396,15 @@
     "step-world": { integer: true, min: 1, max: 1e6, example: "8" },
     "step-compute": { min: 0, max: 1e7, unit: "ms", example: "200" },
     "step-backward": { min: 0, max: 100, unit: "%", example: "67" },
+    "tput-params": { min: 1, max: 1e15, example: "7.5B" },
+    "tput-layers": { integer: true, min: 1, max: 1e5, example: "32" },
+    "tput-hidden": { integer: true, min: 1, max: 1e6, example: "4096" },
+    "tput-seq": { integer: true, min: 1, max: 1e8, example: "8192" },
+    "tput-vocab": { integer: true, min: 1, max: 1e8, example: "128256" },
+    "tput-tokens": { min: 1, max: 1e12, example: "131072" },
+    "tput-step": { above: 0, max: 1e6, unit: "s", other: /[mµu]s$/i, example: "2.84" }, // seconds, not ms
+    "tput-gpus": { integer: true, min: 1, max: 1e6, example: "8" },
+    "tput-peak": { above: 0, max: 1e6, unit: "TFLOP/s", example: "989" },
     "launch-nodes": { integer: true, min: 1, max: 1e5, example: "2" },
     "launch-gpus": { integer: true, min: 1, max: 1024, example: "8" },
     "launch-script-path": { text: true },
@@ -364,6 +425,7 @@
     let s = String(text).trim();
     if (!s) return { problem: "empty" };
     if (rule.text) return { value: s };
+    if (rule.other && rule.other.test(s)) return { problem: "unit" }; // another unit ending like this one
     const ends = rule.exactCase ? s.endsWith(rule.unit) : rule.unit && s.toLowerCase().endsWith(rule.unit.toLowerCase());
     if (ends) s = s.slice(0, -rule.unit.length).trim();
     if (/^[-−]/.test(s)) return { problem: "negative" };
@@ -765,6 +827,120 @@
     update();
   }
 
+  // ---- throughput and MFU -----------------------------------------------------------------------
+  // Model: the throughput page (scaling/throughput.md), the functions of snippets/scaling/flops_mfu.py:
+  // model_flops_per_token, hardware_flops_per_token, tokens_per_second and utilization.
+
+  // bf16 dense peaks per GPU, TFLOP/s: the figures torchtitan's get_peak_flops takes from NVIDIA's datasheets
+  const GPUS = [
+    { name: "H100 SXM", peak: 989 },
+    { name: "H200", peak: 989 },
+    { name: "A100", peak: 312 },
+    { name: "B200", peak: 2250 },
+  ];
+
+  // 6N + 12Lsd: 2 FLOPs per matmul weight and token forward, 4 backward; attention's two s × d products per layer
+  const modelFlopsPerToken = (params, layers, hidden, seq) => 6 * params + 12 * layers * hidden * seq;
+
+  // what the GPU runs: the model's FLOPs, the scores that attention's backward recomputes (2sd per layer) and, with
+  // every block checkpointed, the blocks' forward again (recomputed: their matmul parameters)
+  function hardwareFlopsPerToken(params, layers, hidden, seq, recomputed) {
+    let flops = modelFlopsPerToken(params, layers, hidden, seq) + 2 * layers * hidden * seq;
+    if (recomputed) flops += 2 * recomputed + 4 * layers * hidden * seq;
+    return flops;
+  }
+
+  const tokensPerSecond = (tokens, stepSeconds, devices) => tokens / (stepSeconds * devices);
+  const utilization = (flopsPerToken, tokens, stepSeconds, devices, peakFlops) =>
+    (flopsPerToken * tokensPerSecond(tokens, stepSeconds, devices)) / peakFlops;
+
+  function buildThroughput(root) {
+    const f = {
+      params: input("7.5B"),
+      layers: input(32),
+      hidden: input(4096),
+      seq: input(8192),
+      vocab: input(128256),
+      tokens: input(131072),
+      step: input(2.84),
+      gpus: input(8),
+      gpu: select([...GPUS.map((g, i) => [String(i), `${g.name}: ${g.peak} TFLOP/s`]), ["custom", t("custom")]], "0"),
+      peak: input(GPUS[0].peak),
+      ac: select([["none", t("tputAcNone")], ["full", t("tputAcFull")]], "none"),
+    };
+    const keys = {
+      params: "tputParams",
+      layers: "tputLayers",
+      hidden: "tputHidden",
+      seq: "tputSeq",
+      vocab: "tputVocab",
+      tokens: "tputTokens",
+      step: "tputStep",
+      gpus: "tputGpus",
+      gpu: "tputGpu",
+      peak: "tputPeak",
+      ac: "tputAc",
+    };
+    const form = el(
+      "div",
+      { class: "calc-form" },
+      field("tput-params", t("tputParams"), f.params, t("tputParamsHint")),
+      field("tput-layers", t("tputLayers"), f.layers),
+      field("tput-hidden", t("tputHidden"), f.hidden),
+      field("tput-seq", t("tputSeq"), f.seq),
+      field("tput-vocab", t("tputVocab"), f.vocab, t("tputVocabHint")),
+      field("tput-tokens", t("tputTokens"), f.tokens, t("tputTokensHint")),
+      field("tput-step", t("tputStep"), f.step, t("tputStepHint")),
+      field("tput-gpus", t("tputGpus"), f.gpus),
+      field("tput-gpu", t("tputGpu"), f.gpu),
+      field("tput-peak", t("tputPeak"), f.peak, t("tputPeakHint")),
+      field("tput-ac", t("tputAc"), f.ac),
+    );
+    const out = el("div", { class: "calc-output", id: "tput-output", "aria-live": "polite" });
+    root.append(form, out);
+
+    f.gpu.addEventListener("change", () => {
+      if (f.gpu.value !== "custom") f.peak.value = String(GPUS[Number(f.gpu.value)].peak);
+    });
+    f.peak.addEventListener("input", () => {
+      const preset = GPUS.findIndex((g) => String(g.peak) === f.peak.value.trim());
+      f.gpu.value = preset >= 0 ? String(preset) : "custom";
+    });
+
+    function update() {
+      const labels = Object.fromEntries(Object.entries(keys).map(([key, text]) => [key, t(text)]));
+      const { values: v, problems } = readFields(f, labels);
+      show(out, problems, () => {
+        const { params, layers, hidden, seq, vocab, tokens, step, gpus, peak } = v;
+        const full = f.ac.value === "full";
+        // checkpointing every block recomputes the blocks' matmuls: all of N but the output layer (an upper bound: a
+        // block's last matmul saves nothing for backward and is not recomputed, see the throughput page)
+        const recomputed = full ? Math.max(0, params - vocab * hidden) : 0;
+        const model = modelFlopsPerToken(params, layers, hidden, seq);
+        const hardware = hardwareFlopsPerToken(params, layers, hidden, seq, recomputed);
+        const tps = tokensPerSecond(tokens, step, gpus);
+        const mfu = utilization(model, tokens, step, gpus, peak * 1e12);
+        const hfu = utilization(hardware, tokens, step, gpus, peak * 1e12);
+        const row = (key, label, formula, text, value) => [label, formula, text, { id: `tput-${key}`, "data-value": String(value) }];
+        const giga = (x) => `${number(x / 1e9, 2)} GFLOP`;
+        let hwFormula = `6N + 12Lsd + 2Lsd (${t("tputAttnAgain")})`;
+        if (full) hwFormula += ` + 2(N − V·d) + 4Lsd (${t("tputBlocksAgain")})`;
+        const rows = [
+          row("tps", t("tputTps"), `T / (t · n) = ${number(tokens)} / (${number(step, 3)} · ${number(gpus)})`, number(tps, 1), tps),
+          row("model", t("tputModel"), `6N + 12Lsd = 6 · ${number(params)} + 12 · ${layers} · ${number(seq)} · ${number(hidden)}`, giga(model), model),
+          row("hardware", t("tputHardware"), hwFormula, giga(hardware), hardware),
+          row("achieved", t("tputAchieved"), `${t("tputModel")} × ${t("tputTps")}`, number((model * tps) / 1e12, 1), (model * tps) / 1e12),
+          row("mfu", t("tputMfu"), `${t("tputAchieved")} / ${number(peak, 1)}`, `${number(100 * mfu, 1)}%`, mfu),
+          row("hfu", t("tputHfu"), `${t("tputHardware")} × ${t("tputTps")} / ${number(peak, 1)}`, `${number(100 * hfu, 1)}%`, hfu),
+        ];
+        out.append(table([t("item"), t("formula"), t("value")], rows));
+      });
+    }
+    form.addEventListener("input", update);
+    form.addEventListener("change", update);
+    update();
+  }
+
   // ---- launch commands --------------------------------------------------------------------------
   // Match snippets/launch/slurm_train.sbatch, slurm_srun.sbatch and the torchrun page for the same inputs.
   const DEFAULT_SCRIPT = {
@@ -903,7 +1079,7 @@
     update();
   }
 
-  const BUILDERS = { memory: buildMemory, "step-time": buildStep, launch: buildLaunch };
+  const BUILDERS = { memory: buildMemory, "step-time": buildStep, throughput: buildThroughput, launch: buildLaunch };
 
   function init() {
     lang = document.documentElement.lang.startsWith("ko") ? "ko" : "en";

@@ -7,6 +7,9 @@
   presets of guidekit/report.py, and DDP's own bucket assignment (torch.distributed);
 - every input field: bad input (units, negative, empty, huge) is refused beside the field, and never freezes or
   blanks the page;
+- throughput and MFU: model_flops_per_token, hardware_flops_per_token, tokens_per_second and utilization of
+  snippets/scaling/flops_mfu.py, whose program checks them against FlopCounterMode, and torchtitan's Llama 3.1 8B
+  benchmark that the throughput page works through;
 - launch commands: snippets/launch/*.sbatch, k8s_ddp.yaml, the torchrun page's command and the options of
   two_nodes.py.
 """
@@ -31,14 +34,31 @@ BENCHMARK = ROOT / "snippets" / "benchmark"
 LAUNCH = ROOT / "snippets" / "launch"
 LARGE = ROOT / "snippets" / "large_models"
 LABELS = {  # one label per calculator, as each language's page shows it
-    "ko": {"mem-params": "파라미터 수(Ψ)", "step-grad": "기울기 크기(MiB)", "launch-nodes": "노드 수"},
-    "en": {"mem-params": "Parameters (Ψ)", "step-grad": "Gradient size (MiB)", "launch-nodes": "Nodes"},
+    "ko": {
+        "mem-params": "파라미터 수(Ψ)",
+        "step-grad": "기울기 크기(MiB)",
+        "tput-step": "잰 스텝 시간(s)",
+        "launch-nodes": "노드 수",
+    },
+    "en": {
+        "mem-params": "Parameters (Ψ)",
+        "step-grad": "Gradient size (MiB)",
+        "tput-step": "Measured step time (s)",
+        "launch-nodes": "Nodes",
+    },
 }
 
 
 MODEL = functions_of(BENCHMARK / "ddp_benchmark.py", "ring_factor", "allreduce_ms", "predict")
 REPORT = report  # the performance page's tables (guidekit/report.py)
 ACT = functions_of(LARGE / "memory_breakdown.py", "activation_bytes")  # the memory page's count
+FLOPS = functions_of(  # the throughput page's formulas
+    ROOT / "snippets" / "scaling" / "flops_mfu.py",
+    "model_flops_per_token",
+    "hardware_flops_per_token",
+    "tokens_per_second",
+    "utilization",
+)
 
 
 @pytest.fixture(scope="module")
@@ -396,6 +416,58 @@ def test_link_presets_are_the_performance_pages(page):
             assert f"{values(page, 'comm'):.3f} ms" == cell, (rate, grad)
 
 
+# ---- throughput and MFU ------------------------------------------------------------------------------------
+
+THROUGHPUT_CASES = [  # N, L, d, s, V, tokens per step, step s, GPUs, peak TFLOP/s, checkpointing
+    (7_505_924_096, 32, 4096, 8192, 128256, 131072, 2.84, 8, 989, "none"),  # torchtitan's Llama 3.1 8B, FSDP
+    (6_476_267_520, 32, 4096, 4096, 32000, 4 * 1024 * 1024, 5.5, 256, 312, "full"),  # a 7B on A100s, checkpointed
+    (114_688, 2, 64, 31, 256, 124, 0.02, 1, 0.025, "full"),  # flops_mfu.py's TinyGPT on a CPU
+    (70e9, 80, 8192, 8192, 128256, 16 * 8192 * 64, 10, 512, 2250, "none"),
+]
+
+
+@pytest.mark.parametrize("n,layers,hidden,seq,vocab,tokens,step,gpus,peak,ac", THROUGHPUT_CASES)
+def test_mfu_is_the_programs_utilization(page, n, layers, hidden, seq, vocab, tokens, step, gpus, peak, ac):
+    fill(page, tput_params=repr(n), tput_layers=layers, tput_hidden=hidden, tput_seq=seq, tput_vocab=vocab)
+    fill(page, tput_tokens=tokens, tput_step=repr(step), tput_gpus=gpus, tput_peak=repr(peak), tput_ac=ac)
+    value = lambda key: float(page.get_attribute(f"#tput-{key}", "data-value"))  # noqa: E731
+    model = FLOPS.model_flops_per_token(n, layers, hidden, seq)
+    # every block checkpointed: the calculator recomputes all matmuls but the output layer (V x d)
+    recomputed = n - vocab * hidden if ac == "full" else 0
+    hardware = FLOPS.hardware_flops_per_token(n, layers, hidden, seq, recomputed)
+    assert value("model") == pytest.approx(model, rel=1e-12)
+    assert value("hardware") == pytest.approx(hardware, rel=1e-12)
+    assert value("tps") == pytest.approx(FLOPS.tokens_per_second(tokens, step, gpus), rel=1e-12)
+    assert value("mfu") == pytest.approx(FLOPS.utilization(model, tokens, step, gpus, peak * 1e12), rel=1e-12)
+    assert value("hfu") == pytest.approx(FLOPS.utilization(hardware, tokens, step, gpus, peak * 1e12), rel=1e-12)
+    assert (value("hfu") > value("mfu")) and (ac == "none" or value("hfu") - value("mfu") > 0.01)
+
+
+def test_mfu_of_torchtitans_benchmark_is_the_pages(page):
+    """The throughput page: Llama 3.1 8B at 5,762 and 6,667 tokens/s per GPU on H100s, 'MFU 33.7%' and '39.0%'."""
+    text = (ROOT / "recordings/cpu/scaling/flops_mfu.txt").read_text(encoding="utf-8")
+    shown = dict(re.findall(r"^Llama 3\.1 8B, ([\d,]+) tokens/s per GPU: MFU ([\d.]+)%", text, re.M))
+    assert set(shown) == {"5,762", "6,667"}, "the recorded output of flops_mfu.py changed its wording"
+    page.select_option("#tput-gpu", "0")  # the H100 preset
+    assert page.input_value("#tput-peak") == "989"
+    n = 8_030_261_248 - 128_256 * 4_096  # all parameters but the embedding, as the program's N
+    fill(page, tput_params=n, tput_layers=32, tput_hidden=4096, tput_seq=8192, tput_ac="none", tput_step=1, tput_gpus=1)
+    for tps, mfu in shown.items():
+        fill(page, tput_tokens=tps.replace(",", ""))
+        assert f"{100 * float(page.get_attribute('#tput-mfu', 'data-value')):.1f}" == mfu
+
+
+def test_step_time_takes_seconds_only(page):
+    for good, seconds in [("2.84", 2.84), ("2.84 s", 2.84), ("3s", 3.0)]:
+        fill(page, tput_step=good, tput_tokens=100, tput_gpus=1)
+        assert not page.locator("#tput-step-problem").is_visible(), good
+        assert float(page.get_attribute("#tput-tps", "data-value")) == pytest.approx(100 / seconds, rel=1e-12)
+    for bad in ["2840 ms", "2840ms", "3 µs", "2 h"]:
+        fill(page, tput_step=bad)
+        assert page.locator("#tput-step-problem").is_visible(), bad
+    fill(page, tput_step="2.84", tput_tokens=131072, tput_gpus=8)
+
+
 # ---- launch commands ---------------------------------------------------------------------------------------
 
 
@@ -616,7 +688,7 @@ def test_calculators_load_in_each_language(opened, lang):
     assert page.get_attribute("html", "lang") == lang
     for field, label in LABELS[lang].items():
         assert page.inner_text(f"label[for={field}]") == label
-    for output in ("#mem-weights", "#step-overlap", "#launch-script"):
+    for output in ("#mem-weights", "#step-overlap", "#tput-mfu", "#launch-script"):
         assert page.locator(output).count() == 1, f"{output} missing"
     fill(page, mem_params="seven")
     assert LABELS[lang]["mem-params"] in page.inner_text("#mem-output .calc-error")
