@@ -1,5 +1,5 @@
-"""Pipeline parallelism (interleaved zero bubble) combined with FSDP2 on a 2 x 2 mesh: the
-same loss and gradients as one process on the whole batch."""
+"""Pipeline parallelism (interleaved zero bubble) combined with FSDP2 on a
+2 x 2 mesh: the same loss and gradients as one process on the whole batch."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/scaling/pipeline_fsdp.py
 # timeout: 240
 

@@ -159,7 +159,8 @@ def run(device: torch.device) -> None:
         dist.barrier()  # one schedule's lines before the next's
     if dist.get_rank() == 0:
         print(
-            f"one process: loss {ref_loss.item():.6f}; every stage's gradients equal"
+            f"one process: loss {ref_loss.item():.6f}; "
+            "every stage's gradients equal"
         )
 
 
