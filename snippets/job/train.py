@@ -315,11 +315,19 @@ def keep_expensive(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     return CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def copy(module: nn.Module, args: tuple, output: torch.Tensor):
+    return output.clone()  # a copy, not a view
+
+
 def parallelize(model: Transformer, mesh: DeviceMesh, cfg: Config) -> None:
     """TP, then per block checkpointing and compile,
     then FSDP: the order torchtitan uses."""
     if cfg.tp > 1:
         tensor_parallel(model, mesh["tp"])
+    if cfg.tp > 1 and cfg.compile:
+        # torch 2.15 (not 2.10): a compiled block loses the gradient of
+        # an input that is the view DTensor.to_local() returns (the page)
+        model.model.embed_tokens.register_forward_hook(copy)
     dp = mesh["replicate", "shard"] if cfg.replicate > 1 else mesh["shard"]
     policy = MixedPrecisionPolicy(
         param_dtype=torch.bfloat16 if cfg.bf16 else None,
