@@ -79,12 +79,16 @@ from torch.utils.flop_counter import FlopCounterMode
 # --8<-- [start:config]
 # every local rank gets a GPU: the test setup() makes, below
 GPUS = torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+HERE = Path(__file__).resolve().parent
+PAGES = HERE.parents[1] / "docs"  # the guide's pages, in its repository
 
 
 @dataclass
 class Config:
     # where things are
-    data: Path = Path(__file__).resolve().parents[2] / "docs"  # *.md
+    # text to train on: the guide's pages, or this folder's programs
+    # where they are not (a notebook)
+    data: Path = PAGES if PAGES.is_dir() else HERE
     out: Path = Path(tempfile.gettempdir()) / "job"  # checkpoints, export
     init_from: Path | None = None  # a Hugging Face Llama directory
     # the mesh: world = replicate x shard x tp
@@ -195,11 +199,12 @@ IGNORE = -100  # a label cross_entropy skips
 
 
 def pack(folder: Path, seq_len: int) -> torch.Tensor:
-    """Every page a document: <bos> its UTF-8 bytes <eos>, all in one
+    """Every file a document: <bos> its UTF-8 bytes <eos>, all in one
     stream, cut into rows of seq_len + 1 tokens (inputs and the
     next token). A document may continue in the next row."""
     pieces = []
-    for path in sorted(folder.rglob("*.md")):
+    text_files = (p for p in folder.rglob("*") if p.suffix in (".md", ".py"))
+    for path in sorted(text_files):
         text = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
         pieces += [torch.tensor([BOS]), text.long(), torch.tensor([EOS])]
     stream = torch.cat(pieces)
