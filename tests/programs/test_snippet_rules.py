@@ -56,6 +56,8 @@ TAUGHT_TOGETHER = {
     "launch/two_nodes.py": "starts env_vars.py as the workers of two simulated nodes (process plumbing in _procs.py)",
     "launch/slurm_sim.py": "runs env_vars.py's setup in every simulated task (process plumbing in _procs.py)",
     "gpu_box/nccl_allreduce.py": "imports allreduce_bw.py's setup and sweep: the page teaches the measurement once",
+    "job/train.py": "the model is taught in its own file: imports model.py",
+    "job/train_check.py": "a proof imports the template it checks (train.py, model.py) and starts _kill_rank.py",
     "large_models/checkpoint_fsdp2.py": "checkpoints the page's model: imports TinyLM and SavedBytes from memory_breakdown.py",
     "scaling/comm_hook_bf16.py": "the bf16 variant of comm_hooks.py's measurement: imports its wrapper, loop and bound",
     "scaling/ulysses_check.py": "a proof imports the templates it checks (ulysses.py, ring_attention_backward.py)",
