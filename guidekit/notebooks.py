@@ -32,6 +32,7 @@ torch is installed.
 
 from __future__ import annotations
 
+import ast
 import json
 import posixpath
 import re
@@ -41,7 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from guidekit import ROOT
-from guidekit.pages import DEFAULT_LANG, LANGS, fences, headings, mkdocs_setting, page_programs, pages, url_path
+from guidekit.pages import (
+    DEFAULT_LANG,
+    LANGS,
+    fences,
+    headings,
+    mkdocs_setting,
+    page_programs,
+    pages,
+    repo_links,
+    url_path,
+)
 from guidekit.spec import is_snippet, parse_spec, sibling_files
 from guidekit.text import text
 
@@ -200,6 +211,8 @@ def _absolute(markdown: str, lang: str, name: str, site: str) -> str:
         url += f"#{anchor}" if anchor else ""
         return f"{match['image']}[{match['text']}]({url}{match['title'] or ''})"
 
+    # `repo:` links become the repository's address first (as the site's hook does), then the rest resolve
+    markdown = repo_links(markdown, mkdocs_setting("repo_url"))
     return FOOTNOTE_REF.sub("", LINK.sub(resolve, markdown))
 
 
@@ -337,6 +350,34 @@ def _run(command: str, path: str) -> dict:
     return _code(f"!{command}")
 
 
+PROJECT_PACKAGE = re.compile(
+    r'^\s*"(?P<name>[A-Za-z0-9_.-]+)\s*[<>=~!]', re.M
+)  # a quoted requirement in pyproject.toml
+ALWAYS_THERE = {"torch", "numpy", "multi-gpu-pytorch-guide"}  # torch is the check cell's; numpy comes with it
+
+
+def project_packages(root: Path = ROOT) -> set[str]:
+    """The packages pyproject.toml asks for (dependencies and extras) that a runtime may lack: not torch, numpy or
+    the project itself, nor the site's and the tests' tools that no program imports."""
+    return {m["name"].lower() for m in PROJECT_PACKAGE.finditer((root / "pyproject.toml").read_text("utf-8"))} - (
+        ALWAYS_THERE
+    )
+
+
+def imported_packages(files: list[str], root: Path = ROOT) -> list[str]:
+    """The project's packages that these programs import (top-level imports of their modules), sorted: what a
+    notebook installs before it runs them."""
+    wanted = project_packages(root)
+    found = set()
+    for file in files:
+        for node in ast.walk(ast.parse((root / file).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+    return sorted(found & wanted)
+
+
 def build(lang: str, name: str, root: Path = ROOT) -> str:
     """The `lang` notebook of page `name`, as the JSON text to commit."""
     site = mkdocs_setting("site_url", root).rstrip("/") + "/"
@@ -351,8 +392,10 @@ def build(lang: str, name: str, root: Path = ROOT) -> str:
     cells = [
         _markdown(INTRO.format(title=title, intro=intro, gpus=words["gpus"])),
         _code(check_cell(lang, root)),
-        _code(SETUP.format(makedirs=makedirs).rstrip("\n")),
     ]
+    if packages := imported_packages(files, root):  # beyond torch: installed where the runtime lacks them
+        cells.append(_code(f"%pip install -q {' '.join(packages)}"))
+    cells.append(_code(SETUP.format(makedirs=makedirs).rstrip("\n")))
     written: set[str] = set()
     section = None
     for path in programs:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
 TRAIN_RESUMABLE = Path(__file__).resolve().parents[2] / "snippets" / "fault" / "train_resumable.py"
 sys.path.insert(0, str(TRAIN_RESUMABLE.parent))
 import train_resumable  # found through the path above

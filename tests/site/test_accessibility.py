@@ -5,9 +5,9 @@ desktop the header and sidebars, which the pass over every page (tests/site/test
 import re
 
 import pytest
+
 from guidekit.accessibility import DESKTOP, DESKTOP_ONLY, RUN, VIEWS, axe_script, options, report, show
 from guidekit.code_layout import REVEAL
-
 from guidekit.pages import LANGS, fences, pages, url_path
 from guidekit.sections import target_text
 

@@ -15,12 +15,12 @@ import json
 import re
 
 import pytest
-from guidekit.accessibility import DESKTOP, page_violations, report
-from guidekit.accessibility import axe_script as axe_core
-from guidekit.code_layout import BROKEN_WORDS, MEASURE, REVEAL
 from visits import ARTIFACTS, Visit
 
 from guidekit import ROOT
+from guidekit.accessibility import DESKTOP, page_violations, report
+from guidekit.accessibility import axe_script as axe_core
+from guidekit.code_layout import BROKEN_WORDS, MEASURE, REVEAL
 from guidekit.pages import LANGS, fences, page_files, url_path
 from guidekit.sections import target_text
 

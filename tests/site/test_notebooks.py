@@ -170,7 +170,12 @@ def test_chapter_notebook_writes_every_program_whole_and_runs_it_as_declared(lan
     major, minor = notebooks.torch_floor()
     assert f'# !pip install "torch>={major}.{minor}"' in code[0].splitlines(), "the first cell offers an install"
     assert "import torch" in code[0] and "torch.cuda.device_count()" in code[0], "the first cell checks torch"
-    assert not [c for c in code[1:] if "pip install" in c], "one install line, in the first cell"
+    # beyond torch, one cell installs the project's packages the chapter's programs import, and nothing else installs
+    programs = [p for p in page_programs(DEFAULT_LANG, name) if p.endswith(".py")]
+    files = list(dict.fromkeys(f for p in programs for f in [*sibling_files(ROOT / p), p]))
+    packages = notebooks.imported_packages(files)
+    installs = [c for c in code[1:] if "pip install" in c]
+    assert installs == ([f"%pip install -q {' '.join(packages)}"] if packages else []), installs
     written = [source.split("\n", 1)[0].removeprefix(WRITEFILE) for source in code if source.startswith(WRITEFILE)]
     assert len(written) == len(set(written)), f"a file written twice: {written}"
 
