@@ -97,19 +97,10 @@ def check(name: str, mesh, grads, expected, balancer) -> None:
         )
 
 
-def run(device: torch.device) -> None:
-    assert device.type == "cuda", "needs one GPU per rank (see the page)"
-    world = dist.get_world_size()
-    mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("cp",))
-    # the BlockMask shard runs torch.compile(create_block_mask):
-    # eager is enough for one small mask
-    torch.compiler.set_stance("force_eager")
-    torch.manual_seed(0)  # the same tensors on every rank
-    q_all, k_all, v_all, grad_all = (
-        torch.randn(1, HEADS, SEQ, HEAD_DIM).to(device) for _ in range(4)
-    )
-    tensors = q_all, k_all, v_all
-
+def sdpa_ring(mesh, tensors, grad_all, device) -> None:
+    """SDPA's ring under _ContextParallel, head-tail balanced: the
+    gradients of Q, K and V against one process."""
+    world = mesh.size()
     # --8<-- [start:sdpa]
     # SDPA on sequence-sharded DTensors dispatches to the ring
     _enable_context_parallel_dispatcher()
@@ -133,14 +124,14 @@ def run(device: torch.device) -> None:
         attention(q, k, v).backward(grad_out)  # the backward is a ring too
     # --8<-- [end:sdpa]
     expected = reference(Causal(), tensors, grad_all)
-    check(
-        "SDPA ring, head-tail",
-        mesh,
-        (q.grad, k.grad, v.grad),
-        expected,
-        balancer,
-    )
+    grads = (q.grad, k.grad, v.grad)
+    check("SDPA ring, head-tail", mesh, grads, expected, balancer)
 
+
+def flex_allgather(mesh, tensors, grad_all, device) -> None:
+    """FlexAttention with a document mask, PTRR balanced: K and V
+    all-gathered; the gradients against one process."""
+    world = mesh.size()
     mask = document_mask(device)
     # --8<-- [start:flex]
     attention = parallelize_module(
@@ -162,13 +153,23 @@ def run(device: torch.device) -> None:
     attention(q, k, v, block_mask=cp_mask).backward(grad_out)
     # --8<-- [end:flex]
     expected = reference(Flex(), tensors, grad_all, block_mask=mask)
-    check(
-        "FlexAttention all-gather, PTRR",
-        mesh,
-        (q.grad, k.grad, v.grad),
-        expected,
-        balancer,
+    grads = (q.grad, k.grad, v.grad)
+    check("FlexAttention all-gather, PTRR", mesh, grads, expected, balancer)
+
+
+def run(device: torch.device) -> None:
+    assert device.type == "cuda", "needs one GPU per rank (see the page)"
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("cp",))
+    # the BlockMask shard runs torch.compile(create_block_mask):
+    # eager is enough for one small mask
+    torch.compiler.set_stance("force_eager")
+    torch.manual_seed(0)  # the same tensors on every rank
+    q_all, k_all, v_all, grad_all = (
+        torch.randn(1, HEADS, SEQ, HEAD_DIM).to(device) for _ in range(4)
     )
+    sdpa_ring(mesh, (q_all, k_all, v_all), grad_all, device)
+    flex_allgather(mesh, (q_all, k_all, v_all), grad_all, device)
 
 
 # same as snippets/scaling/ring_attention.py:main

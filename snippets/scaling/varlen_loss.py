@@ -127,6 +127,33 @@ def grads(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
+def report(seqs, world, loss, scale, naive_error, error, tolerance, logged):
+    """Rank 0's lines: the tokens per micro-batch, then both errors."""
+    counts = [
+        [
+            int((y != PAD).sum())
+            for _, y in micro_batches(seqs, r, torch.device("cpu"))
+        ]
+        for r in range(world)
+    ]
+    ranks = ", ".join(f"rank {r} {c}" for r, c in enumerate(counts))
+    print(f"tokens per micro-batch: {ranks}", end="")
+    print(f"; global batch {sum(map(sum, counts))} tokens")
+    print(
+        f"one process, whole batch: loss {loss.item():.4f}, largest "
+        f"gradient {scale:.4f}"
+    )
+    print(
+        "mean of micro-batch means:      max gradient error "
+        f"{naive_error:.1e} ({naive_error / scale:.1%})"
+    )
+    print(
+        "sum / global count * world:     max gradient error "
+        f"{error:.1e} (tolerance {tolerance:.1e})"
+    )
+    print(f"logged loss of the global batch: {logged.item():.4f}")
+
+
 # --8<-- [start:main]
 def main() -> None:
     device = setup()
@@ -164,32 +191,7 @@ def main() -> None:
     assert naive_error > 100 * tolerance, naive_error
     assert torch.allclose(logged, loss.detach(), rtol=1e-6), (logged, loss)
     if rank == 0:
-        counts = [
-            [
-                int((y != PAD).sum())
-                for _, y in micro_batches(seqs, r, torch.device("cpu"))
-            ]
-            for r in range(world)
-        ]
-        print(
-            "tokens per micro-batch: "
-            + ", ".join(f"rank {r} {c}" for r, c in enumerate(counts)),
-            end="",
-        )
-        print(f"; global batch {sum(map(sum, counts))} tokens")
-        print(
-            f"one process, whole batch: loss {loss.item():.4f}, largest "
-            f"gradient {scale:.4f}"
-        )
-        print(
-            "mean of micro-batch means:      max gradient error "
-            f"{naive_error:.1e} ({naive_error / scale:.1%})"
-        )
-        print(
-            "sum / global count * world:     max gradient error "
-            f"{error:.1e} (tolerance {tolerance:.1e})"
-        )
-        print(f"logged loss of the global batch: {logged.item():.4f}")
+        report(seqs, world, loss, scale, naive_error, error, tolerance, logged)
     # before destroy_process_group: DDP holds the group (debugging page)
     del ddp, model
     dist.destroy_process_group()
