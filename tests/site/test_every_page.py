@@ -27,10 +27,9 @@ from guidekit.sections import target_text
 pytestmark = pytest.mark.browser
 
 # Bytes a reader downloads for one page into an empty cache, text gzip-compressed as GitHub Pages serves it.
-# Measured: Material's CSS + JS + search worker ~75 KB, the search index of the page's language (loaded on every
-# page) 116 KB (English) to 135 KB (Korean), 266 KB while one index held both languages, a long chapter's HTML
-# ~30 KB, the benchmark notebook page ~130 KB (nbconvert's inline CSS and an SVG plot). 500 KB leaves room for
-# growth, and catches a stray image or a font fetched by mistake.
+# What goes into it: Material's CSS + JS + search worker, the search index of the page's language (loaded on every
+# page; code listings are kept out of it, theme/hooks/full_programs.py), the page's HTML (tests/MEASUREMENTS.md has
+# the figures). 500 KB leaves room for growth, and catches a stray image or a font fetched by mistake.
 PAGE_BUDGET_BYTES = 500_000
 WEIGHT_LOG = ARTIFACTS / "page-weight.jsonl"
 
