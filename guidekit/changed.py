@@ -9,7 +9,8 @@
 - the site checks of the pages a change touches: a changed page, and every page that includes a changed program or
   recording (tests parametrized by page keep their items for those pages, in both languages' sense of the page);
   with them one strict build and the checks that read the whole built site;
-- a test module, whole, when it changed or when a file it depends on changed (`DEPENDS`);
+- a test module, whole, when it changed or when a file it depends on changed (`DEPENDS`); the machinery's own tests
+  (`MACHINERY_TESTS`) only then, though unmarked;
 - everything, when a change reaches the machinery that every test runs on (`EVERYTHING`), or a path it cannot
   classify: a change the lane cannot place runs the whole suite rather than nothing.
 
@@ -96,9 +97,13 @@ DEPENDS = {
     "tests/machinery/test_runner.py": ("guidekit/*",),
     "tests/machinery/test_schedule.py": ("guidekit/*",),
     "tests/machinery/test_changed.py": ("guidekit/changed.py",),
+    "tests/machinery/test_gpu_box.py": ("guidekit/*",),
     "tests/multinode/*": ("tests/multinode/*", "snippets/launch/*", "recordings/multinode/*", "guidekit/processes.py"),
 }
 SOURCE_MARKERS = ("site", "runs", "browser", "notebooks", "snippet")  # an item with none of these is a source check
+# The machinery's own tests start programs, git repositories and pytest runs of their own: unmarked, they are still no
+# source checks, and run only when they or what they read change.
+MACHINERY_TESTS = tuple(module for module in DEPENDS if module.startswith("tests/machinery/"))
 
 
 def matches(path: str, patterns) -> bool:
@@ -270,6 +275,8 @@ def keep(item, selection: Selection) -> bool:
         return True
     if item.get_closest_marker("snippet"):
         return item.spec.path in selection.programs
+    if module in MACHINERY_TESTS:
+        return False  # its module and what it reads did not change (`selection.modules`)
     if not any(item.get_closest_marker(name) for name in SOURCE_MARKERS):
         return True  # a source check: `make check` runs it on every change
     if module in DEPENDS or any(fnmatch.fnmatch(module, m) for m in DEPENDS if "*" in m):

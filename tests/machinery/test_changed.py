@@ -108,6 +108,16 @@ def test_items_are_kept_by_program_page_and_kind():
     assert not keep(item("tests/multinode/test_slurm.py::test_x", ["runs"]), selection)
 
 
+def test_machinery_tests_run_only_when_they_or_what_they_read_change():
+    """Unmarked, they would pass for source checks; they start programs and git repositories of their own."""
+    gpu_box = item("tests/machinery/test_gpu_box.py::test_dry_run", [])
+    assert not keep(gpu_box, select(["docs/ko/ddp.md", "snippets/ddp/train_torchrun.py"]))
+    assert keep(gpu_box, select(["guidekit/gpu_check.py"]))
+    assert keep(gpu_box, select(["tests/machinery/test_gpu_box.py"]))
+    assert not keep(item("tests/machinery/test_changed.py::test_x", []), select(["guidekit/gpu_check.py"]))
+    assert keep(item("tests/machinery/test_guidekit.py::test_x", []), select(["docs/ko/ddp.md"]))  # a source check
+
+
 def test_with_nothing_to_build_no_site_check_runs():
     selection = select(["README.md"])
     assert not keep(item("tests/site/test_site.py::test_links", ["site"]), selection)
