@@ -94,32 +94,65 @@ def micro_batch(
 # --8<-- [start:held]
 class HeldBytes(TorchDispatchMode):
     """Bytes of the storages that ops touched while this mode was on
-    and that are still alive, less those of `known` tensors."""
+    and that are still alive, less those of `known` tensors and of
+    the buffers collectives work in."""
 
     def __init__(self, known: list[torch.Tensor]):
         super().__init__()
         self.known = {t.untyped_storage().data_ptr() for t in known}
         self.seen: dict[int, weakref.ref] = {}
+        self.buffers: dict[int, weakref.ref] = {}
+        self.scattered: dict[int, weakref.ref] = {}  # reduce-scatter outputs
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in tree_leaves((args, kwargs, out)):
-            if type(t) is torch.Tensor:  # plain tensors: DTensor wraps one
-                storage = t.untyped_storage()
-                ref = self.seen.get(id(storage))
-                # ids are reused once an object is gone
-                if ref is None or ref() is not storage:
-                    self.seen[id(storage)] = weakref.ref(storage)
+        for storage in storages((args, kwargs, out)):
+            remember(self.seen, storage)
+        if func is REDUCE_SCATTER:  # its output: the sharded gradient
+            remember(self.scattered, args[0].untyped_storage())
+            remember(self.buffers, args[1].untyped_storage())
+        elif func.namespace == "c10d":  # other collectives: all buffers
+            for storage in storages((args, kwargs)):
+                remember(self.buffers, storage)
+        elif func is COPY and is_in(self.scattered, args[0].untyped_storage()):
+            # gloo all-reduces a copy of the input and copies this
+            # rank's chunk of it into the output
+            remember(self.buffers, args[1].untyped_storage())
         return out
 
     def now(self) -> int:
+        # a buffer can outlive the collective's wait() for a moment:
+        # gloo's thread lets go of it just after
         gc.collect()  # what reference cycles hold is not held
         alive = [ref() for ref in self.seen.values()]
         return sum(
             s.nbytes()  # 0 once FSDP has freed (resized) it
             for s in alive
-            if s is not None and s.data_ptr() not in self.known
+            if s is not None
+            and s.data_ptr() not in self.known
+            and not is_in(self.buffers, s)
         )
+
+
+REDUCE_SCATTER = torch.ops.c10d._reduce_scatter_base_.default
+COPY = torch.ops.aten.copy_.default
+
+
+def storages(tree) -> list[torch.UntypedStorage]:
+    # plain tensors only: a DTensor wraps one, which ops see too
+    leaves = tree_leaves(tree)
+    return [t.untyped_storage() for t in leaves if type(t) is torch.Tensor]
+
+
+def remember(refs: dict[int, weakref.ref], storage) -> None:
+    ref = refs.get(id(storage))
+    if ref is None or ref() is not storage:  # ids are reused
+        refs[id(storage)] = weakref.ref(storage)
+
+
+def is_in(refs: dict[int, weakref.ref], storage) -> bool:
+    ref = refs.get(id(storage))
+    return ref is not None and ref() is storage
 
 
 # --8<-- [end:held]
