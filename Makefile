@@ -66,7 +66,7 @@ sync-copies: $(BIN)/.installed  ## rewrite every declared copy of shared code fr
 	$(BIN)/python -m guidekit.copies --write
 
 notebooks: $(BIN)/.installed  ## run every chapter notebook (notebooks/) as a reader would, on CPU
-	$(BIN)/python -m pytest tests/site/test_notebooks.py -m notebooks
+	$(BIN)/python -m pytest tests/site/test_notebooks.py -m notebooks -n 3
 
 notebooks-write: $(BIN)/.installed  ## regenerate the chapter notebooks from the pages and snippets
 	$(BIN)/python -m guidekit.notebooks --write

@@ -18,6 +18,7 @@ from guidekit import ROOT
 from guidekit.machine import cuda_devices, platform
 from guidekit.spec import parse_spec
 
+NOTEBOOK_RUNS = "tests/site/test_notebooks.py::test_chapter_notebook_runs["  # `make notebooks`: one item a chapter
 DURATIONS = "tests/durations.json"  # under the run's root: seconds per scope of the last `make durations` run
 
 
@@ -30,12 +31,15 @@ def pytest_addoption(parser):
 
 
 def scope_of(nodeid: str) -> str:
-    """The unit of scheduling: a test module, or a snippet of its own; the snippets that will use GPUs all share one
-    scope, so they run one at a time. A program uses GPUs when it requires them, when it declares that it uses every
-    GPU there is (`# uses-gpus: all`), or when every one of its ranks can have a GPU of its own (its setup() then
-    picks NCCL): Spec.on_gpus. With more ranks than GPUs it runs on CPUs with gloo, and runs beside the others (a GPU
-    box's CPU cores are many)."""
+    """The unit of scheduling: a test module, or a snippet (or a chapter notebook's run) of its own; the snippets that
+    will use GPUs all share one scope, so they run one at a time. A program uses GPUs when it requires them, when it
+    declares that it uses every GPU there is (`# uses-gpus: all`), or when every one of its ranks can have a GPU of
+    its own (its setup() then picks NCCL): Spec.on_gpus. With more ranks than GPUs it runs on CPUs with gloo, and runs
+    beside the others (a GPU box's CPU cores are many)."""
     path = nodeid.split("::")[0]
+    if nodeid.startswith(NOTEBOOK_RUNS):
+        # a chapter notebook runs its programs one after another, mostly waiting on one: side by side on CPUs
+        return "gpus" if cuda_devices() else nodeid
     if not path.startswith("snippets/"):
         return path
     devices = cuda_devices()

@@ -21,6 +21,15 @@ def test_on_cpus_every_program_is_a_scope_of_its_own(gpus):
     gpus(0)
     assert schedule.scope_of("snippets/ddp/train_spawn.py::train_spawn") == "snippets/ddp/train_spawn.py::train_spawn"
     assert schedule.scope_of("tests/site/test_site.py::test_x[ko]") == "tests/site/test_site.py"
+    notebook = "tests/site/test_notebooks.py::test_chapter_notebook_runs[ddp.md]"
+    assert schedule.scope_of(notebook) == notebook  # `make notebooks -n`: chapters side by side
+    assert schedule.scope_of("tests/site/test_notebooks.py::test_x[ko]") == "tests/site/test_notebooks.py"
+
+
+def test_with_gpus_the_chapter_notebooks_run_one_at_a_time_with_the_gpu_programs(gpus):
+    gpus(2)
+    notebook = "tests/site/test_notebooks.py::test_chapter_notebook_runs[ddp.md]"
+    assert schedule.scope_of(notebook) == "gpus"
 
 
 @pytest.mark.parametrize("n", [1, 2, 8])
