@@ -350,9 +350,8 @@ def _run(command: str, path: str) -> dict:
     return _code(f"!{command}")
 
 
-PROJECT_PACKAGE = re.compile(
-    r'^\s*"(?P<name>[A-Za-z0-9_.-]+)\s*[<>=~!]', re.M
-)  # a quoted requirement in pyproject.toml
+# a quoted requirement in pyproject.toml (a regex, not tomllib: the project supports Python 3.10)
+PROJECT_PACKAGE = re.compile(r'^\s*"(?P<name>[A-Za-z0-9_.-]+)\s*[<>=~!]', re.M)
 ALWAYS_THERE = {"torch", "numpy", "multi-gpu-pytorch-guide"}  # torch is the check cell's; numpy comes with it
 
 
@@ -378,14 +377,24 @@ def imported_packages(files: list[str], root: Path = ROOT) -> list[str]:
     return sorted(found & wanted)
 
 
+def chapter_programs(name: str, root: Path = ROOT) -> list[str]:
+    """The Python files page `name` includes, in page order (the default language's page: both include the same)."""
+    return [p for p in page_programs(DEFAULT_LANG, name, root / "docs") if p.endswith(".py")]
+
+
+def chapter_files(name: str, root: Path = ROOT) -> list[str]:
+    """Every file the notebook of page `name` writes: each program after the siblings it imports, each file once."""
+    return list(dict.fromkeys(f for p in chapter_programs(name, root) for f in [*sibling_files(root / p, root), p]))
+
+
 def build(lang: str, name: str, root: Path = ROOT) -> str:
     """The `lang` notebook of page `name`, as the JSON text to commit."""
     site = mkdocs_setting("site_url", root).rstrip("/") + "/"
     words = text(lang, root)["chapter_notebook"]
     title = _title(lang, name, root)
-    programs = [p for p in page_programs(DEFAULT_LANG, name, root / "docs") if p.endswith(".py")]
+    programs = chapter_programs(name, root)
     needed = {p: sibling_files(root / p, root) for p in programs}
-    files = list(dict.fromkeys(f for p in programs for f in [*needed[p], p]))
+    files = chapter_files(name, root)
     folders = sorted({PurePosixPath(f).parent.as_posix() for f in files})
     makedirs = "".join(f'os.makedirs("{folder}", exist_ok=True)\n' for folder in folders)
     intro = words["intro"].format(title=title, url=site + url_path(lang, name))

@@ -171,9 +171,7 @@ def test_chapter_notebook_writes_every_program_whole_and_runs_it_as_declared(lan
     assert f'# !pip install "torch>={major}.{minor}"' in code[0].splitlines(), "the first cell offers an install"
     assert "import torch" in code[0] and "torch.cuda.device_count()" in code[0], "the first cell checks torch"
     # beyond torch, one cell installs the project's packages the chapter's programs import, and nothing else installs
-    programs = [p for p in page_programs(DEFAULT_LANG, name) if p.endswith(".py")]
-    files = list(dict.fromkeys(f for p in programs for f in [*sibling_files(ROOT / p), p]))
-    packages = notebooks.imported_packages(files)
+    packages = notebooks.imported_packages(notebooks.chapter_files(name))
     installs = [c for c in code[1:] if "pip install" in c]
     assert installs == ([f"%pip install -q {' '.join(packages)}"] if packages else []), installs
     written = [source.split("\n", 1)[0].removeprefix(WRITEFILE) for source in code if source.startswith(WRITEFILE)]
@@ -380,6 +378,27 @@ def test_generator_finds_writes_and_flags_stale_notebooks(tmp_path):
     assert notebooks.stale(tmp_path) == ["notebooks/en/x.ipynb", "notebooks/ko/x.ipynb", "notebooks/old.ipynb"]
     notebooks.write(tmp_path)
     assert notebooks.stale(tmp_path) == [] and not (tmp_path / "notebooks/old.ipynb").exists()
+
+
+def test_generator_installs_the_project_packages_a_chapter_imports_and_no_other(tmp_path):
+    """A package pyproject.toml asks for is installed where a program or the helper it imports needs it; torch, numpy
+    and a package no program imports are not."""
+    plant(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        'dependencies = [\n    "torch>=2.7",\n    "numpy>=1.26",\n    "safetensors>=0.4",\n    "torchao>=0.18",\n]\n'
+        '[project.optional-dependencies]\ntest = [\n    "Transformers>=4.46",  # test-only\n    "pytest>=8",\n]\n',
+        encoding="utf-8",
+    )
+    helper, prog = tmp_path / "snippets/x/_helper.py", tmp_path / "snippets/x/prog.py"
+    helper.write_text(helper.read_text() + "import numpy\nfrom safetensors.torch import save_file\n", encoding="utf-8")
+    prog.write_text(prog.read_text() + "import transformers.models\nimport torch.nn\n", encoding="utf-8")
+    assert notebooks.project_packages(tmp_path) == {"safetensors", "torchao", "transformers", "pytest"}
+    assert notebooks.chapter_files("x.md", tmp_path) == ["snippets/x/_helper.py", "snippets/x/prog.py"]
+    notebooks.write(tmp_path)
+    for lang in LANGS:
+        nb = json.loads((tmp_path / f"notebooks/{lang}/x.ipynb").read_text(encoding="utf-8"))
+        installs = ["".join(c["source"]) for c in nb["cells"] if "pip install" in "".join(c["source"])]
+        assert installs[1:] == ["%pip install -q safetensors transformers"], installs  # [0]: the check's comment
 
 
 @pytest.mark.parametrize(
