@@ -52,7 +52,7 @@ regen: outputs
 notebooks-write: outputs
 endif
 
-soak: $(BIN)/.installed  ## the snippet suite N times in a row (default 20): failures per snippet, torch version
+soak: $(BIN)/.installed  ## the program suite until every program has N runs (default 20) at its content; resumable
 	$(BIN)/python -m guidekit.soak --runs $(N) -- $(SOAK_ARGS)
 
 durations: $(BIN)/.installed  ## run everything as make test does and record each scope's seconds (tests/durations.json)

@@ -75,7 +75,6 @@ NOTHING = (
     "tests/durations.json",
     "tests/soak_results/*",
     "tests/repro/*",
-    "guidekit/soak.py",
 )
 # Test modules that are neither source checks nor parametrized by page, with what they read besides themselves.
 DEPENDS = {
@@ -98,6 +97,7 @@ DEPENDS = {
     "tests/machinery/test_schedule.py": ("guidekit/*",),
     "tests/machinery/test_changed.py": ("guidekit/changed.py",),
     "tests/machinery/test_gpu_box.py": ("guidekit/*",),
+    "tests/machinery/test_soak.py": ("guidekit/soak.py", "guidekit/spec.py", "guidekit/outputs.py"),
     "tests/multinode/*": ("tests/multinode/*", "snippets/launch/*", "recordings/multinode/*", "guidekit/processes.py"),
 }
 SOURCE_MARKERS = ("site", "runs", "browser", "notebooks", "snippet")  # an item with none of these is a source check

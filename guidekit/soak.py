@@ -1,14 +1,18 @@
-"""Run the whole snippet suite N times in a row and count failures per snippet (`make soak N=20`).
+"""Run the whole snippet suite until every program has passed N runs at its current content (`make soak N=20`).
 
-A flaky example is a bug: this finds it. Prints one line per snippet that ever failed, with its count, and the
-torch version; writes the summary as JSON (default: tests/soak_results/torch<version>.json).
-Exit status 1 if any run failed.
+A flaky example is a bug: this finds it. The record (default: tests/soak_results/torch<version>.json) is kept per
+program, under a fingerprint of what decides its run: its file, the files beside it that it imports or runs, its
+recordings, and the runner. So a soak can be stopped and taken up again, by another session on another day: runs
+count towards a program while its fingerprint holds, and a program whose fingerprint changed starts again from zero.
+A soak only adds runs on the torch version the record was made with. Prints one line per run and per program that
+ever failed; exit status 1 if any run at the current content failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -17,10 +21,11 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# what runs every program: a change here may change any run
+HARNESS = ["conftest.py", *(f"guidekit/{m}.py" for m in ("runner", "spec", "processes", "outputs", "machine"))]
 
 
 def torch_version() -> str:
@@ -54,61 +59,127 @@ def one_run(junit: Path, log: Path, extra: list[str]) -> tuple[dict[str, str], f
     return outcomes, seconds
 
 
+def fingerprint(program: str, root: Path = ROOT) -> str:
+    """A digest of what decides a program's run: the program, the files beside it it imports or runs, its recordings
+    on every platform, and the runner."""
+    from guidekit.outputs import recorded_platforms, recording_path
+    from guidekit.spec import sibling_files
+
+    files = [program, *sorted(sibling_files(root / program, root)), *HARNESS]
+    files += [recording_path(program, p, root).relative_to(root).as_posix() for p in recorded_platforms(root)]
+    digest = hashlib.sha256()
+    for file in files:
+        path = root / file
+        digest.update(file.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(none)") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def commit(root: Path = ROOT) -> str:
+    """The commit the work tree is at, marked '+changes' where it has uncommitted changes."""
+    git = ["git", "-C", str(root)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+    return f"{head or 'unknown'}{'+changes' if dirty else ''}"
+
+
+def load(out: Path, version: str) -> dict:
+    """The record to add to: the one in `out` if it was made on this torch and keeps programs' runs, else a new one."""
+    try:
+        record = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if record.get("torch") != version or "programs" not in record:
+        record = {"torch": version, "runs": [], "programs": {}}
+    return record
+
+
+def tally(record: dict, outcomes: dict[str, str], prints: dict[str, str]) -> list[str]:
+    """Count one run's outcomes into the record; a program whose fingerprint changed starts again. Names the programs
+    that started again."""
+    restarted = []
+    for name, outcome in outcomes.items():
+        entry = record["programs"].get(name)
+        if entry is None or entry["fingerprint"] != prints.get(name):
+            restarted += [name] if entry else []
+            entry = record["programs"][name] = {"fingerprint": prints.get(name), "passed": 0, "failed": 0, "skipped": 0}
+        entry[outcome] += 1
+    return restarted
+
+
+def runs_at_current_content(record: dict, prints: dict[str, str]) -> int:
+    """The fewest runs any program has at its current content (0 for one never soaked at it)."""
+    counts = []
+    for name, digest in prints.items():
+        entry = record["programs"].get(name)
+        counts.append(
+            entry["passed"] + entry["failed"] + entry["skipped"] if entry and entry["fingerprint"] == digest else 0
+        )
+    return min(counts, default=0)
+
+
+def programs(root: Path = ROOT) -> list[str]:
+    from guidekit.spec import is_snippet
+
+    return sorted(p.relative_to(root).as_posix() for p in (root / "snippets").rglob("*.py") if is_snippet(p))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--runs", type=int, default=20)
-    parser.add_argument("--out", type=Path, help="summary JSON (default: results folder, named by torch version)")
+    parser.add_argument("-n", "--runs", type=int, default=20, help="runs every program must have at its content")
+    parser.add_argument("--out", type=Path, help="the record (default: results folder, named by torch version)")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
     version = torch_version()
     out = args.out or ROOT / "tests/soak_results" / f"torch{version.split('+')[0]}.json"
-    failures: Counter[str] = Counter()
-    passed: Counter[str] = Counter()
-    skipped: Counter[str] = Counter()
-    durations, failed_runs = [], 0
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-    def summary(done: int) -> dict:
-        return {
-            "torch": version,
-            "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
-            "started": started,
-            "pytest_args": args.pytest_args,
-            "runs_planned": args.runs,
-            "runs": done,
-            "snippets": len(set(passed) | set(failures) | set(skipped)),
-            "runs_with_a_failure": failed_runs,
-            "failures": dict(sorted(failures.items())),
-            "skipped": dict(sorted(skipped.items())),
-            "seconds_per_run": durations,
-        }
-
+    prints = {name: fingerprint(name) for name in programs()}
+    record = load(out, version)
+    record.update(
+        python=platform.python_version(), machine=f"{platform.machine()}, {os.cpu_count()} CPU cores", about=ABOUT
+    )
+    done = runs_at_current_content(record, prints)
+    print(f"torch {version}: {len(prints)} programs, {done} runs on record at their content; {args.runs} wanted")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(1, args.runs + 1):
-            outcomes, seconds = one_run(
-                Path(tmp) / f"run{i}.xml", LOGS / f"torch{version}-run{i}.log", args.pytest_args
-            )
-            durations.append(round(seconds, 1))
-            for name, outcome in outcomes.items():
-                {"failed": failures, "passed": passed, "skipped": skipped}[outcome][name] += 1
+        while done < args.runs:
+            i = len(record["runs"]) + 1
+            started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            log = LOGS / f"torch{version}-run{i}.log"
+            outcomes, seconds = one_run(Path(tmp) / f"run{i}.xml", log, args.pytest_args)
+            restarted = tally(record, outcomes, prints)
             bad = sorted(n for n, o in outcomes.items() if o == "failed")
-            failed_runs += bool(bad)
-            note = f" (log: {(LOGS / f'torch{version}-run{i}.log').relative_to(ROOT)})" if bad else ""
-            print(
-                f"run {i}/{args.runs}: {len(outcomes)} snippets, {len(bad)} failed, {seconds:.0f} s {' '.join(bad)}{note}"
+            record["runs"].append(
+                {
+                    "started": started,
+                    "commit": commit(),
+                    "pytest_args": args.pytest_args,
+                    "seconds": round(seconds, 1),
+                    "programs": len(outcomes),
+                    "failed": bad,
+                }
             )
+            done = runs_at_current_content(record, prints)
+            # written after every run: an interrupted soak leaves its record, and the next one goes on from it
+            record["runs_at_current_content"] = done
+            out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+            note = f" (log: {log.relative_to(ROOT)})" if bad else ""
+            again = f"; started again (changed): {' '.join(restarted)}" if restarted else ""
+            print(f"run {i}: {len(outcomes)} programs, {len(bad)} failed, {seconds:.0f} s {' '.join(bad)}{note}{again}")
+            print(f"  every program has {done} runs at its content")
             sys.stdout.flush()
-            # written after every run: an interrupted soak still leaves its record
-            out.write_text(json.dumps(summary(i), indent=1) + "\n", encoding="utf-8")
-    print(
-        f"torch {version}: {args.runs} runs of {summary(args.runs)['snippets']} snippets, {sum(failures.values())} failures"
-    )
-    for name, count in sorted(failures.items()):
-        print(f"  {name}: failed {count}/{args.runs}")
-    print(f"summary: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
-    return 1 if failures else 0
+    current = {n: e for n, e in record["programs"].items() if e["fingerprint"] == prints.get(n)}
+    failed = {n: e["failed"] for n, e in current.items() if e["failed"]}
+    print(f"torch {version}: every program {done}+ runs at its content, {sum(failed.values())} failures")
+    for name, count in sorted(failed.items()):
+        print(f"  {name}: failed {count}/{current[name]['passed'] + current[name]['failed']}")
+    print(f"record: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 1 if failed else 0
+
+
+ABOUT = (
+    "`make soak` (guidekit/soak.py): runs of the program suite. programs: per program, under the fingerprint of its "
+    "content (file, siblings, recordings, runner), its outcomes since that content first ran; runs: every run, with "
+    "the commit it ran on ('+changes': uncommitted work) and the programs that failed."
+)
 
 
 if __name__ == "__main__":
