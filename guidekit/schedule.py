@@ -98,10 +98,16 @@ def pytest_sessionfinish(session):
         write_durations(session.config)
 
 
+def merged(old: dict[str, float], new: dict[str, float], root: Path) -> dict[str, float]:
+    """This run's seconds per scope over the old ones: a scope this run left out keeps its old figure while its file
+    is still there (a removed program's does not)."""
+    kept = {scope: s for scope, s in old.items() if scope == "gpus" or (root / scope.split("::")[0]).is_file()}
+    return {**kept, **{scope: round(s, 1) for scope, s in new.items()}}
+
+
 def write_durations(config) -> None:
-    """Merge this run's seconds per scope into DURATIONS: scopes this run left out keep their old figure."""
-    seconds = recorded_seconds(config.rootpath)
-    seconds.update({scope: round(s, 1) for scope, s in scope_seconds.items()})
+    """Merge this run's seconds per scope into DURATIONS (merged())."""
+    seconds = merged(recorded_seconds(config.rootpath), scope_seconds, config.rootpath)
     about = (
         "Seconds per scheduling scope (a snippet, or a test module) in a `make durations` run: pytest -n starts "
         f"the longest first (guidekit/schedule.py). Recorded with {config.getoption('numprocesses', 0) or 0} workers "

@@ -143,3 +143,20 @@ def test_simulated_nodes_get_gpus_from_the_owners_list(parent, expected):
     """A CUDA_VISIBLE_DEVICES the owner set is mapped through (gpu-readiness review, 1b): CUDA numbers the GPUs it
     shows from 0, so handing the nodes 0..n-1 would give them GPUs that were never theirs."""
     assert _procs().node_devices(4, 2, 2, parent) == expected
+
+
+def test_recorded_durations_keep_the_scopes_a_run_left_out_but_not_removed_programs(tmp_path):
+    (tmp_path / "snippets/x").mkdir(parents=True)
+    (tmp_path / "snippets/x/kept.py").write_text("", encoding="utf-8")
+    old = {
+        "snippets/x/kept.py::kept": 10.0,
+        "snippets/x/gone.py::gone": 20.0,
+        "gpus": 5.0,
+        "snippets/x/ran.py::ran": 1.0,
+    }
+    new = {"snippets/x/ran.py::ran": 2.345}
+    assert schedule.merged(old, new, tmp_path) == {
+        "snippets/x/kept.py::kept": 10.0,
+        "gpus": 5.0,
+        "snippets/x/ran.py::ran": 2.3,
+    }
