@@ -15,6 +15,10 @@ import time
 from pathlib import Path
 
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
+STACKS_WAIT_S = 5  # after SIGABRT: time for each Python process to print its threads' tracebacks and die
+# In the environment of what the tests run: Python's faulthandler then prints every thread's traceback on SIGABRT
+# (https://docs.python.org/3/library/faulthandler.html), which is how a timeout shows where a hung program waited.
+FAULTHANDLER = {"PYTHONFAULTHANDLER": "1"}
 RUN_TAG = "GUIDE_SNIPPET_RUN"  # in the environment of every process a snippet starts, orphans included
 CHECK_TAG = "GUIDE_GPU_CHECK_RUN"  # in the environment of every process a `make gpu-check` run starts
 
@@ -57,6 +61,36 @@ def kill(pids) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for its parent."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def is_python(pid: int) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name.startswith("python")
+    except OSError:
+        return False
+
+
+def dump_stacks(pids, wait_s: float = STACKS_WAIT_S) -> list[int]:
+    """SIGABRT every Python process among pids, so that each (with FAULTHANDLER in its environment) prints the
+    traceback of every thread to its stderr before it dies; wait up to wait_s for them to go. Returns those signalled."""
+    aborted = sorted(pid for pid in pids if is_python(pid))
+    for pid in aborted:
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + wait_s
+    while any(map(alive, aborted)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return aborted
 
 
 def kill_tagged(tag: str, grace_s: float, name: str = RUN_TAG) -> list[str]:

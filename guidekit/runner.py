@@ -33,7 +33,7 @@ import pytest
 
 from guidekit import outputs
 from guidekit.machine import BOX_GPUS, cuda_devices, inductor_missing, platform, unusable_gpus
-from guidekit.processes import RUN_TAG, kill_group, kill_tagged, stop_tree
+from guidekit.processes import FAULTHANDLER, RUN_TAG, dump_stacks, kill_group, kill_tagged, stop_tree, tagged
 from guidekit.spec import (
     TF32_OVERRIDES,
     Spec,
@@ -54,7 +54,7 @@ PROBE = Path(__file__).with_name("probe")  # its sitecustomize.py reports what e
 
 def snippet_env(port: int, tag: str, scratch: str, reports: str) -> dict[str, str]:
     # TMPDIR: what the program leaves in the temp folder (torchrun's logs, a snapshot) goes with it
-    env = {**launch_env(port), RUN_TAG: tag, "TMPDIR": scratch, "GUIDE_RANK_REPORTS": reports}
+    env = {**launch_env(port), **FAULTHANDLER, RUN_TAG: tag, "TMPDIR": scratch, "GUIDE_RANK_REPORTS": reports}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE), env.get("PYTHONPATH")]))
     return env
 
@@ -189,6 +189,7 @@ class SnippetItem(pytest.Item):
                 proc.wait(timeout=self.spec.timeout_s)
                 timed_out = False
             except subprocess.TimeoutExpired:
+                dump_stacks(tagged(tag))  # each Python process prints where it waits
                 stop_tree(proc)
             finally:
                 kill_group(proc.pid)
@@ -200,7 +201,11 @@ class SnippetItem(pytest.Item):
         self.add_report_section("call", "stderr", stderr)
         output = f"{stdout}\n--- stderr ---\n{stderr}" if stderr else stdout
         if timed_out:
-            raise SnippetFailed(f"timed out after {self.spec.timeout_s:g} s (all its processes killed)", output)
+            raise SnippetFailed(
+                f"timed out after {self.spec.timeout_s:g} s (all its processes killed; stderr has each Python "
+                "process's threads, where they waited)",
+                output,
+            )
         if proc.returncode != 0:
             raise SnippetFailed(f"exited with code {proc.returncode}", output)
         if left:

@@ -2,6 +2,7 @@
 on a scratch repository of planted programs: each outcome as a reader's pytest run reports it."""
 
 import json
+import re
 import subprocess
 import tempfile
 import textwrap
@@ -72,8 +73,14 @@ PLANTED = {
         # timeout: 10
         import os
         import time
+
+
+        def wait_for_a_peer_that_never_comes():
+            time.sleep(3600)
+
+
         print(f"rank {{os.environ['RANK']}} started", flush=True)
-        time.sleep(3600)
+        wait_for_a_peer_that_never_comes()
         """
     ),
 }
@@ -191,7 +198,12 @@ def test_a_syntax_error_fails(repo):
 def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(repo):
     result = run(repo, planted("hangs"))
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*timed out after 10 s (all its processes killed)*"])
+    result.stdout.fnmatch_lines(["*timed out after 10 s (all its processes killed*"])
+    # where each rank waited: Python's faulthandler, on the SIGABRT the runner sends before it kills
+    ranks = re.findall(
+        r"thread (0x[0-9a-f]+) .*\n +File .*hangs.py\", line \d+ in wait_for_a_peer", result.stdout.str()
+    )
+    assert len(set(ranks)) == 2, result.stdout.str()[-3000:]
     survivors = subprocess.run(["pgrep", "-af", HANG_MARKER], capture_output=True, text=True).stdout
     assert not survivors.strip(), f"ranks outlived the timeout: {survivors}"
 

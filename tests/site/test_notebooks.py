@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import types
+import uuid
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -27,6 +31,7 @@ import yaml
 from guidekit import ROOT, notebooks
 from guidekit.pages import DEFAULT_LANG, LANGS, built_path, headings, mkdocs_setting, page_programs, pages
 from guidekit.pages import notebooks as page_notebooks
+from guidekit.processes import FAULTHANDLER, RUN_TAG, dump_stacks, kill_tagged, tagged
 from guidekit.spec import is_snippet, parse_spec, sibling_files
 from guidekit.text import text
 
@@ -476,33 +481,72 @@ def test_pages_without_a_notebook_offer_none(built_site, lang):
 # -- make notebooks: run every chapter notebook as a reader would -------------------------------------------------
 
 CHECK_EXIT = "assert _exit_code == 0, f'the command above exited with {_exit_code}'"  # IPython sets it after `!`
+CELL_TIMEOUT_S = 600
+STACKS_BEFORE_S = 30  # a cell still running this long before its timeout: every Python process below it prints where
+
+
+def run_notebook(nb, folder: Path, timeout_s: float = CELL_TIMEOUT_S, stacks_before_s: float = STACKS_BEFORE_S):
+    """Execute nb in folder with nbclient, a check after every `!` command (`!` ignores failures). A cell that hangs
+    does not only time out: shortly before, every Python process it started gets SIGABRT with Python's faulthandler
+    on (guidekit/processes.py), so the command's output shows each thread's traceback and the check after it fails.
+    Returns the error the run raised, if any."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    run = []
+    for cell in nb.cells:
+        run.append(cell)
+        if cell.cell_type == "code" and cell.source.startswith("!"):
+            run.append(nbformat_cell(CHECK_EXIT))
+    nb.cells = run
+    tag, running, finished = uuid.uuid4().hex, {}, threading.Event()
+    client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
+    client.on_cell_execute = lambda cell, cell_index: running.update(cell=cell_index, since=time.monotonic())
+
+    def watch():
+        dumped = None
+        while not finished.wait(1):  # until the run ends, at most every cell's timeout
+            late = running and time.monotonic() - running["since"] > timeout_s - stacks_before_s
+            if late and dumped != running["cell"]:
+                dumped = running["cell"]
+                dump_stacks([pid for pid, command in tagged(tag).items() if "ipykernel" not in command])
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        client.execute(env={**os.environ, **FAULTHANDLER, RUN_TAG: tag})
+    except (CellExecutionError, CellTimeoutError) as error:
+        return error
+    finally:
+        finished.set()
+        watcher.join()
+        kill_tagged(tag, grace_s=0)
+    return None
+
+
+def nbformat_cell(source: str):
+    import nbformat
+
+    return nbformat.v4.new_code_cell(source)
+
+
+def failure(nb, path: str, error) -> str:
+    ran = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
+    last = "".join(o.get("text", "") for o in ran[-2].outputs) if len(ran) > 1 else ""
+    return f"{path}: {str(error)[-1500:]}\noutput of the command before:\n{last[-6000:]}"
 
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("name", PAGES)
 def test_chapter_notebook_runs(name, tmp_path):
-    """The default language's copy, executed in an empty folder on CPU with nbclient (the other languages differ in
-    the first cell only: test_languages_differ_in_their_words_only); `!` ignores failures, so a check follows every
-    command."""
+    """The default language's copy, executed in an empty folder on CPU (the other languages differ in the first cell
+    only: test_languages_differ_in_their_words_only)."""
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
 
     path = CHAPTERS[DEFAULT_LANG, name]
     nb = nbformat.read(ROOT / path, as_version=4)
-    run = []
-    for cell in nb.cells:
-        run.append(cell)
-        if cell.cell_type == "code" and cell.source.startswith("!"):
-            run.append(nbformat.v4.new_code_cell(CHECK_EXIT))
-    nb.cells = run
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
-    try:
-        client.execute()
-    except CellExecutionError as error:
-        ran = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
-        last = "".join(o.get("text", "") for o in ran[-2].outputs) if len(ran) > 1 else ""
-        pytest.fail(f"{path}: {str(error)[-1500:]}\noutput of the command before:\n{last[-6000:]}")
+    if error := run_notebook(nb, tmp_path):
+        pytest.fail(failure(nb, path, error))
     first = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     assert first.startswith("torch "), f"the first cell printed: {first}"
     for cell in nb.cells:
@@ -510,3 +554,31 @@ def test_chapter_notebook_runs(name, tmp_path):
             written = cell.source.split("\n", 1)[0].removeprefix(WRITEFILE)
             assert (tmp_path / written).read_bytes() == (ROOT / written).read_bytes(), f"{written} not byte for byte"
     assert sum(c.source == CHECK_EXIT for c in nb.cells) == sum(map(notebooks.runs_on_cpu, page_programs("ko", name)))
+
+
+HUNG = """import time
+
+
+def wait_for_a_peer_that_never_comes():
+    time.sleep(600)
+
+
+wait_for_a_peer_that_never_comes()
+"""
+
+
+@pytest.mark.runs
+def test_a_hung_command_in_a_notebook_shows_where_it_waits(tmp_path):
+    """What `make notebooks` reports when a program hangs: its traceback, before the cell's timeout."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat_cell(f"%%writefile hung.py\n{HUNG}"), nbformat_cell("!python hung.py")]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    started = time.monotonic()
+    error = run_notebook(nb, tmp_path, timeout_s=40, stacks_before_s=30)
+    assert time.monotonic() - started < 40, "the hang was cut short by the timeout, not by the stacks"
+    report = failure(nb, "hung.ipynb", error) if error else ""
+    assert "the command above exited with" in report, report
+    assert re.search(r'File "[^"]*hung.py", line 5 in wait_for_a_peer_that_never_comes', report), report
