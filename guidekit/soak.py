@@ -75,10 +75,11 @@ def fingerprint(program: str, root: Path = ROOT) -> str:
 
 
 def commit(root: Path = ROOT) -> str:
-    """The commit the work tree is at, marked '+changes' where it has uncommitted changes."""
+    """The commit the work tree is at, marked '+changes' where it has uncommitted changes (the soak's records aside)."""
     git = ["git", "-C", str(root)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+    status = [*git, "status", "--porcelain", "--", ".", ":!tests/soak_results"]
+    dirty = subprocess.run(status, capture_output=True, text=True).stdout.strip()
     return f"{head or 'unknown'}{'+changes' if dirty else ''}"
 
 
