@@ -141,7 +141,7 @@ def main() -> int:
     print(f"torch {version}: {len(prints)} programs, {done} runs on record at their content; {args.runs} wanted")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        while done < args.runs:
+        for _ in range(args.runs - done):  # bounded: a program that never runs (deselected) cannot keep it going
             i = len(record["runs"]) + 1
             started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             log = LOGS / f"torch{version}-run{i}.log"
