@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 GRACE_S = 10  # after a timeout: time for torchrun to stop its ranks before SIGKILL
-STACKS_WAIT_S = 5  # after SIGABRT: time for each Python process to print its threads' tracebacks and die
+STACKS_WAIT_S = 5  # after SIGABRT: time for one Python process to print its threads' tracebacks and die
 # In the environment of what the tests run: Python's faulthandler then prints every thread's traceback on SIGABRT
 # (https://docs.python.org/3/library/faulthandler.html), which is how a timeout shows where a hung program waited.
 FAULTHANDLER = {"PYTHONFAULTHANDLER": "1"}
@@ -56,11 +56,7 @@ def tagged(tag: str, name: str = RUN_TAG) -> dict[int, str]:
 
 
 def kill(pids) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    signal_each(pids, signal.SIGKILL)
 
 
 def alive(pid: int) -> bool:
@@ -79,18 +75,39 @@ def is_python(pid: int) -> bool:
 
 
 def dump_stacks(pids, wait_s: float = STACKS_WAIT_S) -> list[int]:
-    """SIGABRT every Python process among pids, so that each (with FAULTHANDLER in its environment) prints the
-    traceback of every thread to its stderr before it dies; wait up to wait_s for them to go. Returns those signalled."""
-    aborted = sorted(pid for pid in pids if is_python(pid))
-    for pid in aborted:
+    """Make every Python process among pids (with FAULTHANDLER in its environment) print the traceback of each of its
+    threads to its stderr and die, one process at a time, children before their parents: all are frozen (SIGSTOP)
+    first, then each in turn gets SIGABRT and resumes, and the next waits until it is gone (up to wait_s). Dumped all
+    at once, the ranks' reports interleave line by line in the stderr they share, and a launcher that sees one rank
+    die (torchrun) terminates the others before they print. Returns those signalled."""
+    aborted = sorted((pid for pid in pids if is_python(pid)), key=started, reverse=True)
+    signal_each(aborted, signal.SIGSTOP)
+    try:
+        for pid in aborted:
+            signal_each([pid], signal.SIGABRT)
+            signal_each([pid], signal.SIGCONT)
+            deadline = time.monotonic() + wait_s
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+    finally:
+        signal_each(aborted, signal.SIGCONT)  # none left frozen, whatever happened
+    return aborted
+
+
+def started(pid: int) -> int:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22); 0 if it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def signal_each(pids, sig: int) -> None:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGABRT)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + wait_s
-    while any(map(alive, aborted)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return aborted
 
 
 def kill_tagged(tag: str, grace_s: float, name: str = RUN_TAG) -> list[str]:

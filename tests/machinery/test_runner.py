@@ -66,7 +66,8 @@ PLANTED = {
         """
     ),
     # Two ranks that never finish. What is tested is the runner's timeout and cleanup, not a collective: the ranks
-    # leave torch unimported (1.5 CPU-seconds each).
+    # leave torch unimported (1.5 CPU-seconds each). torchrun itself imports torch, which on a loaded two-core
+    # machine can outlast the timeout: whether the ranks have started by then is not known.
     "hangs.py": textwrap.dedent(
         f"""\
         # launch: torchrun --standalone --nproc-per-node=2 snippets/planted/hangs.py {HANG_MARKER}
@@ -81,6 +82,32 @@ PLANTED = {
 
         print(f"rank {{os.environ['RANK']}} started", flush=True)
         wait_for_a_peer_that_never_comes()
+        """
+    ),
+    # The same hang in two processes that a Python parent starts: they start in milliseconds, so both wait in
+    # wait_for_a_peer_that_never_comes long before the timeout, and where they wait is in the report.
+    "hangs_in_two_processes.py": textwrap.dedent(
+        f"""\
+        # timeout: 10
+        import subprocess
+        import sys
+        import time
+
+
+        def wait_for_a_peer_that_never_comes():
+            time.sleep(3600)
+
+
+        if sys.argv[1:2] == ["rank"]:
+            print(f"rank {{sys.argv[2]}} started", flush=True)
+            wait_for_a_peer_that_never_comes()
+        else:
+            ranks = [
+                subprocess.Popen([sys.executable, __file__, "rank", str(rank), "{HANG_MARKER}"])
+                for rank in range(2)
+            ]
+            for process in ranks:
+                process.wait()
         """
     ),
 }
@@ -199,13 +226,28 @@ def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(repo):
     result = run(repo, planted("hangs"))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*timed out after 10 s (all its processes killed*"])
-    # where each rank waited: Python's faulthandler, on the SIGABRT the runner sends before it kills
-    ranks = re.findall(
-        r"thread (0x[0-9a-f]+) .*\n +File .*hangs.py\", line \d+ in wait_for_a_peer", result.stdout.str()
+    # torchrun is there from the start: its threads are in the report, wherever it was by then
+    result.stdout.fnmatch_lines(["*Fatal Python error: Aborted*", "*most recent call first*"])
+    assert_no_survivors()
+
+
+def test_a_hang_shows_where_each_process_waits(repo):
+    result = run(repo, planted("hangs_in_two_processes"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*timed out after 10 s (all its processes killed*"])
+    # Python's faulthandler, on the SIGABRT the runner sends before it kills; the failure's report, before
+    # pytest's own copy of the captured output
+    report = result.stdout.str().split("Captured stdout call")[0]
+    waits = re.findall(
+        r"thread 0x[0-9a-f]+ .*\n +File .*hangs_in_two_processes.py\", line \d+ in wait_for_a_peer", report
     )
-    assert len(set(ranks)) == 2, result.stdout.str()[-3000:]
+    assert len(waits) == 2, report[-3000:]
+    assert_no_survivors()
+
+
+def assert_no_survivors():
     survivors = subprocess.run(["pgrep", "-af", HANG_MARKER], capture_output=True, text=True).stdout
-    assert not survivors.strip(), f"ranks outlived the timeout: {survivors}"
+    assert not survivors.strip(), f"processes outlived the timeout: {survivors}"
 
 
 def test_a_snippet_that_leaves_a_process_running_fails_and_the_process_is_killed(repo):
