@@ -77,6 +77,19 @@ def used(reports: list[dict]) -> dict:
     }
 
 
+def gloo_alive_at_exit(reports: list[dict]) -> str | None:
+    """Why a run that passed is still a failure: its processes reached exit with gloo's threads running."""
+    held = {r["rank"]: r["gloo_threads_at_exit"] for r in reports if r.get("gloo_threads_at_exit")}
+    if not held:
+        return None
+    ranks = ", ".join(f"rank {rank}: {n}" for rank, n in sorted(held.items()))
+    return (
+        f"passed, but gloo's threads were still running when Python began to exit ({ranks}): something still holds "
+        "the process group after destroy_process_group(), and such a program aborts at exit by chance (terminate "
+        "called without an active exception); see docs/en/debugging.md#exit-abort"
+    )
+
+
 def torch_version() -> str:
     """The installed torch's release, e.g. '2.15.0' (no local part such as '+cu132'), read without importing it."""
     try:
@@ -210,6 +223,13 @@ class SnippetItem(pytest.Item):
             raise SnippetFailed(f"exited with code {proc.returncode}", output)
         if left:
             raise SnippetFailed(f"exited 0 but left {len(left)} process(es) running (now killed): {left}", output)
+        if reason := gloo_alive_at_exit(self.reports):
+            if not self.spec.holds_group_at_exit:
+                raise SnippetFailed(reason, output)
+            warnings.warn(
+                pytest.PytestWarning(f"{self.spec.path}: {reason} (declared: {self.spec.holds_group_at_exit})"),
+                stacklevel=1,
+            )
         if reason := no_cpu_backend(self.reports):
             raise SnippetFailed(reason, output)
         self.check_output(stdout)

@@ -10,8 +10,14 @@ BackendConfig, with the accelerator faked as present (torch.accelerator.current_
 (what init_device_mesh makes when there is no group yet) keeps only the accelerator's backend since torch 2.15
 ({'cuda': 'nccl'}): a program whose CPU branch creates its group so would find no backend for CPU tensors on a box
 with fewer GPUs than ranks. The runner fails such a program here, on the CPU, where CI can see it.
+
+At a normal exit (atexit: after the program's own exit handlers, before the interpreter finalizes; not after an uncaught
+exception, as in a rank whose peer was killed) the same process adds `gloo_threads_at_exit`, how many of gloo's threads are still alive (gloo_tcp_loop, pt_gloo_runloop). Any at all means
+something still holds a gloo group, and such a process can abort at exit by chance ("terminate called without an
+active exception", docs/en/debugging.md#exit-abort): the runner fails it on every run, not one in a hundred.
 """
 
+import atexit
 import importlib.abc
 import json
 import os
@@ -20,6 +26,7 @@ import warnings
 
 C10D = "torch.distributed.distributed_c10d"
 REPORTS = os.environ.get("GUIDE_RANK_REPORTS")
+GLOO_THREADS = {"gloo_tcp_loop", "pt_gloo_runloop"}  # the names gloo gives its network loop and its workers
 
 
 def _on_a_cuda_box(c10d, backend) -> list[str] | None:
@@ -51,6 +58,33 @@ def _report(c10d, requested, on_a_cuda_box) -> None:
         device = torch.cuda.get_device_name(torch.cuda.current_device())
     entry = {"rank": c10d.get_rank(), "world_size": c10d.get_world_size(), "backend": backend, "device": device}
     entry.update(requested=str(requested or "undefined"), on_a_cuda_box=on_a_cuda_box)
+    _write(entry)
+    atexit.register(_report_exit, entry)
+    excepthook = sys.excepthook
+
+    def note_the_failure(*exc_info):  # a process that dies of an exception is failing anyway: no verdict
+        entry["failed"] = True
+        excepthook(*exc_info)
+
+    sys.excepthook = note_the_failure
+
+
+def _report_exit(entry: dict) -> None:
+    if entry.get("failed"):
+        return
+    try:
+        names = [_read(f"/proc/self/task/{task}/comm").strip() for task in os.listdir("/proc/self/task")]
+    except OSError:  # not Linux, or a thread gone meanwhile: no verdict
+        return
+    _write({**entry, "gloo_threads_at_exit": sum(name in GLOO_THREADS for name in names)})
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _write(entry: dict) -> None:
     with open(os.path.join(REPORTS, f"{os.getpid()}.json"), "w", encoding="utf-8") as out:
         json.dump(entry, out)
 

@@ -2,6 +2,7 @@
 holds from its forward to its backward, and what the backward
 all-gathers in exchange."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/large_models/fsdp2_reshard.py
+# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
 # timeout: 180
 
 import gc

@@ -2,6 +2,7 @@
 stays within the error bound its two float8 formats allow, and training
 follows bf16."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/float8_fsdp2.py
+# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
 # timeout: 240
 # output-excerpt: bound ^(output|grad_)
 # output-excerpt: training ^(linear|step)

@@ -1,6 +1,7 @@
 """Pipeline parallelism (interleaved zero bubble) combined with FSDP2 on a
 2 x 2 mesh: the same loss and gradients as one process on the whole batch."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/scaling/pipeline_fsdp.py
+# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
 # timeout: 240
 
 import copy

@@ -4,6 +4,7 @@ collectives they issue and equal to the formulas."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/ulysses_check.py
 
 import torch
+import torch._dynamo  # before init_process_group: see the debugging page
 import torch.distributed as dist
 import torch.nn.functional as F
 from ring_attention_backward import RingAttention  # the programs beside this

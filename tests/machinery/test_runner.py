@@ -42,6 +42,28 @@ PLANTED = {
         dist.destroy_process_group()
         """
     ),
+    # Still holds its group after destroy_process_group(): torch.distributed.nn, imported once the group exists,
+    # keeps it as the default argument of its functions. No collective runs, so no finished work can race the exit.
+    "holds_its_group.py": textwrap.dedent(
+        """\
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        import torch.distributed.nn
+        dist.destroy_process_group()
+        print("destroyed")
+        """
+    ),
+    # The same, declared as a known defect: it passes, with a warning in every report.
+    "holds_its_group_declared.py": textwrap.dedent(
+        """\
+        # holds-group-at-exit: torch.distributed.nn imported after init_process_group
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        import torch.distributed.nn
+        dist.destroy_process_group()
+        print("destroyed")
+        """
+    ),
     # Print what their recordings say, once changed, once with no recording at all.
     "prints.py": "print('loss 0.25 after 3 steps')\n",
     "prints_changed.py": "print('loss 0.25 after 4 steps')\n",
@@ -117,6 +139,8 @@ RECORDED = {  # what `make outputs` would have written for the planted snippets 
     "passes.txt": "ok\n",
     "two_ranks.txt": "2 ranks ready\n",
     "prints.txt": "loss 0.25 after 3 steps\n",
+    "holds_its_group.txt": "destroyed\n",
+    "holds_its_group_declared.txt": "destroyed\n",
     "prints_changed.txt": "loss 0.25 after 3 steps\n",
     "uses_temp.txt": "wrote a temp file\n",
 }
@@ -220,6 +244,23 @@ def test_a_syntax_error_fails(repo):
     result = run(repo, planted("syntax_error"))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SyntaxError*"])
+
+
+def test_a_group_still_held_at_exit_fails_though_the_program_passed(repo):
+    """Such a program aborts at exit by chance (the debugging page, #exit-abort): the runner fails it every time."""
+    result = run(repo, planted("holds_its_group"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*passed, but gloo's threads were still running when Python began to exit (rank 0: 3)*"]
+    )
+
+
+def test_a_group_declared_as_held_at_exit_passes_with_a_warning(repo):
+    result = run(repo, planted("holds_its_group_declared"))
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*holds_its_group_declared.py: passed, but gloo's threads were still running*(declared: torch.distributed.nn*"]
+    )
 
 
 def test_a_hang_fails_at_its_timeout_and_leaves_no_rank_behind(repo):
