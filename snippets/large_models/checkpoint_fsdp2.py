@@ -2,7 +2,7 @@
 model's code and sharded with fully_shard; the same gradients and the same
 collectives, and each rank keeps a fraction of the activations."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/checkpoint_fsdp2.py
-# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
+# holds-group-at-exit: CommDebugMode keeps FSDP2 models and their group alive on torch 2.15.0 (tests/repro/fsdp2_held_at_exit.py)
 # output-varies: max \|Δ grad\| = (\S+)
 
 import gc

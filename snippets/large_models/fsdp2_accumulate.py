@@ -1,7 +1,7 @@
 """Gradient accumulation under FSDP2: one reduce-scatter per step
 instead of one per micro-batch, paid for in unsharded gradients."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/fsdp2_accumulate.py
-# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
+# holds-group-at-exit: CommDebugMode keeps FSDP2 models and their group alive on torch 2.15.0 (tests/repro/fsdp2_held_at_exit.py)
 # timeout: 180
 
 import gc

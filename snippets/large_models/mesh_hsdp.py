@@ -2,7 +2,7 @@
 inside a group and replicated across groups; the same
 updates as one process on the whole batch."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/large_models/mesh_hsdp.py
-# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
+# holds-group-at-exit: CommDebugMode keeps FSDP2 models and their group alive on torch 2.15.0 (tests/repro/fsdp2_held_at_exit.py)
 # timeout: 240
 
 import copy
