@@ -8,10 +8,10 @@ Measured (CPU, gloo), param groups and threads:
                       plain   TorchDispatchMode   CommDebugMode   ModTracker (what CommDebugMode tracks modules with)
     torch 2.15.0      0, 0    0, 0                2, 3            2, 3
     torch 2.14.1      0, 0    0, 0                2, 3            2, 3
-    torch 2.10.0      0, 0    0, 0                0, 0            2, 0   (its mesh info did not hold the group) The module tracker's multi-grad hooks and FSDP2's autograd nodes form a Python/C++ cycle that the cyclic
-garbage collector cannot see (THPCppFunction_traverse skips a node with more than one owner, pytorch#102174; the FSDP1
-form of the same problem: https://github.com/pytorch/pytorch/pull/183211), and each FSDP parameter group's mesh info
-holds the process group itself. The guide's programs that use CommDebugMode with FSDP2 declare it
+    torch 2.10.0      0, 0    0, 0                0, 0            2, 0   (its mesh info did not hold the group) What keeps the models runs through FSDP2's autograd nodes (RegisterPostBackwardFunctionBackward's context holds a
+parameter group), where the cyclic garbage collector does not follow C++ references back into Python
+(THPCppFunction_traverse skips a node with more than one owner; https://github.com/pytorch/pytorch/pull/183211 shows
+the FSDP1 form), and each FSDP parameter group's mesh info holds the process group itself. The guide's programs that use CommDebugMode with FSDP2 declare it
 (`# holds-group-at-exit:`). Not a pytest test: it prints what it measures.
 """
 
