@@ -223,6 +223,8 @@ class SnippetItem(pytest.Item):
             raise SnippetFailed(f"exited with code {proc.returncode}", output)
         if left:
             raise SnippetFailed(f"exited 0 but left {len(left)} process(es) running (now killed): {left}", output)
+        if reason := no_cpu_backend(self.reports):
+            raise SnippetFailed(reason, output)
         if reason := gloo_alive_at_exit(self.reports):
             if not self.spec.holds_group_at_exit:
                 raise SnippetFailed(reason, output)
@@ -230,8 +232,6 @@ class SnippetItem(pytest.Item):
                 pytest.PytestWarning(f"{self.spec.path}: {reason} (declared: {self.spec.holds_group_at_exit})"),
                 stacklevel=1,
             )
-        if reason := no_cpu_backend(self.reports):
-            raise SnippetFailed(reason, output)
         self.check_output(stdout)
 
     def check_output(self, stdout: str) -> None:

@@ -305,6 +305,7 @@ RUNS = {
         dist.init_process_group("gloo")
         mesh = init_device_mesh("cpu", (1,))
         dist.destroy_process_group()
+        getattr(mesh, "_pg_registry", {}).clear()  # as the guide's teardown_mesh: the mesh lets go of the group
         print("mesh ready")
         """
     ),
