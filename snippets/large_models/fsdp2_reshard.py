@@ -2,7 +2,7 @@
 holds from its forward to its backward, and what the backward
 all-gathers in exchange."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/large_models/fsdp2_reshard.py
-# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
+# holds-group-at-exit: reshard_after_forward=2 makes FSDP2 build a mesh of its own, which DTensor's caches keep with its groups on torch 2.15.0 (debugging page)
 # timeout: 180
 
 import gc

@@ -1,10 +1,10 @@
 """Pipeline parallelism (interleaved zero bubble) combined with FSDP2 on a
 2 x 2 mesh: the same loss and gradients as one process on the whole batch."""
 # launch: torchrun --standalone --nproc-per-node=4 snippets/scaling/pipeline_fsdp.py
-# holds-group-at-exit: its FSDP2 models outlive teardown_mesh on torch 2.15.0 (cause not yet found)
 # timeout: 240
 
 import copy
+import gc
 import os
 
 import torch
@@ -32,6 +32,19 @@ def setup() -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     return device
+
+
+# same as snippets/parallelism/_mesh.py:teardown_mesh
+def teardown_mesh(mesh: DeviceMesh) -> None:
+    """Destroy the groups and free them now, so their
+    threads end before Python does (debugging page)."""
+    # sharded models are reference cycles: free
+    # them while the group is still registered
+    gc.collect()
+    dist.destroy_process_group()
+    # DTensor's caches keep the mesh alive, and the
+    # mesh its groups (torch 2.14): let go of them
+    getattr(mesh, "_pg_registry", {}).clear()
 
 
 # same as snippets/parallelism/pipeline.py:make_model
@@ -90,8 +103,7 @@ def build(reference: nn.Sequential, mesh: DeviceMesh, device: torch.device):
 # --8<-- [end:stages]
 
 
-def run(device: torch.device) -> None:
-    mesh = make_mesh(device)
+def run(mesh: DeviceMesh, device: torch.device) -> None:
     reference = make_model().to(device)
     # the global batch, drawn on the CPU: the same on every rank
     torch.manual_seed(1)
@@ -137,10 +149,12 @@ def check(reference, x, y, indices, parts, losses, dp) -> None:
 
 def main() -> None:
     device = setup()
+    mesh = make_mesh(device)
     try:
-        run(device)
+        # every model lives and dies in here, before the groups go
+        run(mesh, device)
     finally:
-        dist.destroy_process_group()
+        teardown_mesh(mesh)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,20 @@
 
     python tests/repro/fsdp2_held_at_exit.py
 
-Each variant, in a 2-rank torchrun job of its own, builds a 2-layer FSDP2 model, runs one forward and backward, lets the model go, collects garbage, and
-destroys the group; rank 0 prints how many FSDP parameter groups are still alive and how many of gloo's threads run.
+Each variant, in a 2-rank torchrun job of its own, builds a 2-layer FSDP2 model, runs one forward and backward, lets
+the model go, collects garbage, and destroys the group; rank 0 prints how many FSDP parameter groups are still alive
+and how many of gloo's threads run.
 Measured (CPU, gloo), param groups and threads:
                       plain   TorchDispatchMode   CommDebugMode   ModTracker (what CommDebugMode tracks modules with)
     torch 2.15.0      0, 0    0, 0                2, 3            2, 3
     torch 2.14.1      0, 0    0, 0                2, 3            2, 3
-    torch 2.10.0      0, 0    0, 0                0, 0            2, 0   (its mesh info did not hold the group) What keeps the models runs through FSDP2's autograd nodes (RegisterPostBackwardFunctionBackward's context holds a
-parameter group), where the cyclic garbage collector does not follow C++ references back into Python
+    torch 2.10.0      0, 0    0, 0                0, 0            2, 0   (its mesh info did not hold the group)
+
+What keeps the models runs through FSDP2's autograd nodes (RegisterPostBackwardFunctionBackward's context
+holds a parameter group), where the cyclic garbage collector does not follow C++ references back into Python
 (THPCppFunction_traverse skips a node with more than one owner; https://github.com/pytorch/pytorch/pull/183211 shows
-the FSDP1 form), and each FSDP parameter group's mesh info holds the process group itself. The guide's programs that use CommDebugMode with FSDP2 declare it
-(`# holds-group-at-exit:`). Not a pytest test: it prints what it measures.
+the FSDP1 form), and each FSDP parameter group's mesh info holds the process group itself. The guide's programs that
+use CommDebugMode with FSDP2 declare it (`# holds-group-at-exit:`). Not a pytest test: it prints what it measures.
 """
 
 import gc
