@@ -3,6 +3,7 @@ computes cross-entropy on those shards without gathering the logits, and
 gives the loss and gradients of one process."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/large_models/loss_parallel_tp.py
 # output-varies: largest difference (\S+) of
+# output-varies: loss (\S+), gradients
 
 import copy
 import gc

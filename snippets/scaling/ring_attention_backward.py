@@ -1,6 +1,7 @@
 """Ring attention with its backward pass: K/V go around
 the ring again, dK/dV travel with them back to their owners."""
 # launch: torchrun --standalone --nproc-per-node=2 snippets/scaling/ring_attention_backward.py
+# output-varies: of dQ, dK, dV = (.+)$
 
 import os
 
