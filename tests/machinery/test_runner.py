@@ -13,6 +13,24 @@ import pytest
 
 pytestmark = pytest.mark.runs  # starts programs: left out of `make check`
 
+HOLDS_ITS_GROUP = textwrap.dedent(
+    """\
+    import os, time
+    import torch.distributed as dist
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    import torch.distributed.nn
+    dist.destroy_process_group()
+    # gloo's threads name themselves once they run: on a loaded machine, wait until they have (10 s at most)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(
+        open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop" for t in os.listdir("/proc/self/task")
+    ):
+        time.sleep(0.01)
+    print("destroyed")
+    """
+)
+
+
 # In the command line of a rank that outlives its timeout, of a process a snippet leaves behind; unique to this
 # process, so that planted runs of other pytest-xdist workers are not seen.
 RUN_ID = uuid.uuid4().hex[:8]
@@ -44,40 +62,10 @@ PLANTED = {
     ),
     # Still holds its group after destroy_process_group(): torch.distributed.nn, imported once the group exists,
     # keeps it as the default argument of its functions. No collective runs, so no finished work can race the exit.
-    "holds_its_group.py": textwrap.dedent(
-        """\
-        import os, time
-        import torch.distributed as dist
-        dist.init_process_group("gloo", rank=0, world_size=1)
-        import torch.distributed.nn
-        dist.destroy_process_group()
-        # gloo's threads name themselves once they run: on a loaded machine, wait until they have (10 s at most)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(
-            open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop" for t in os.listdir("/proc/self/task")
-        ):
-            time.sleep(0.01)
-        print("destroyed")
-        """
-    ),
+    "holds_its_group.py": HOLDS_ITS_GROUP,
     # The same, declared as a known defect: it passes, with a warning in every report.
-    "holds_its_group_declared.py": textwrap.dedent(
-        """\
-        # holds-group-at-exit: torch.distributed.nn imported after init_process_group
-        import os, time
-        import torch.distributed as dist
-        dist.init_process_group("gloo", rank=0, world_size=1)
-        import torch.distributed.nn
-        dist.destroy_process_group()
-        # gloo's threads name themselves once they run: on a loaded machine, wait until they have (10 s at most)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(
-            open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop" for t in os.listdir("/proc/self/task")
-        ):
-            time.sleep(0.01)
-        print("destroyed")
-        """
-    ),
+    "holds_its_group_declared.py": "# holds-group-at-exit: torch.distributed.nn imported after init_process_group\n"
+    + HOLDS_ITS_GROUP,
     # Print what their recordings say, once changed, once with no recording at all.
     "prints.py": "print('loss 0.25 after 3 steps')\n",
     "prints_changed.py": "print('loss 0.25 after 4 steps')\n",
